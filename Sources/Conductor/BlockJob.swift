@@ -1,0 +1,161 @@
+import Dispatch
+
+/// A job that runs one or more blocks.
+///
+/// Like Foundation's `BlockOperation`, the blocks may run concurrently with each other, and the job
+/// finishes when all of them have returned. A block that starts asynchronous work and returns
+/// finishes the job at once; for such work use ``AsyncBlockJob`` or ``TaskJob``.
+public final class BlockJob: Job, @unchecked Sendable {
+    // Guarded by engineLock. The first block is stored inline so a one-block job allocates no array.
+    private var firstBlock: (@Sendable () -> Void)?
+    private var moreBlocks: [@Sendable () -> Void] = []
+
+    /// Creates a job that runs `block`.
+    public init(block: @escaping @Sendable () -> Void) {
+        firstBlock = block
+        super.init()
+    }
+
+    /// Adds a block to run. Adding one after the job has started is a programming error and traps.
+    public func addExecutionBlock(_ block: @escaping @Sendable () -> Void) {
+        engineLock.lock()
+        guard _state == .pending || _state == .ready else {
+            let name = _describeLocked
+            engineLock.unlock()
+            preconditionFailure("BlockJob.addExecutionBlock(_:): '\(name)' has already started or finished")
+        }
+        if firstBlock == nil {
+            firstBlock = block
+        } else {
+            moreBlocks.append(block)
+        }
+        engineLock.unlock()
+    }
+
+    /// The blocks the job will run. Empty once it has started: the blocks are released as they are
+    /// taken, which also breaks reference cycles through blocks that capture the job.
+    public var executionBlocks: [@Sendable () -> Void] {
+        engineLock.withLock {
+            guard let firstBlock else { return [] }
+            return [firstBlock] + moreBlocks
+        }
+    }
+
+    public override func execute() {
+        engineLock.lock()
+        let first = firstBlock
+        let more = moreBlocks
+        firstBlock = nil
+        moreBlocks = []
+        engineLock.unlock()
+        guard let first else { return }
+        if more.isEmpty {
+            first()
+        } else {
+            let blocks = [first] + more
+            DispatchQueue.concurrentPerform(iterations: blocks.count) { blocks[$0]() }
+        }
+    }
+}
+
+/// A job whose body starts callback-based work and calls `finish()` on the job when it is done.
+///
+/// ```swift
+/// let job = AsyncBlockJob { job in
+///     session.load(request) { _ in job.finish() }
+/// }
+/// ```
+public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
+    // Guarded by engineLock; released when the job starts.
+    private var body: (@Sendable (AsyncBlockJob) -> Void)?
+
+    /// Creates a job that runs `body` and finishes when `body`'s work calls `finish()`.
+    public init(_ body: @escaping @Sendable (AsyncBlockJob) -> Void) {
+        self.body = body
+        super.init()
+    }
+
+    public override func execute() {
+        engineLock.lock()
+        let body = self.body
+        self.body = nil
+        engineLock.unlock()
+        body?(self)
+    }
+}
+
+/// A job that runs an `async` body as a Swift `Task`.
+///
+/// The job holds its queue slot until the body returns, so a limit of 1 serializes `async` work.
+/// ``cancel()`` cancels the task (cooperatively, as usual in Swift concurrency). A body that throws
+/// `CancellationError` leaves the job cancelled; any other error is kept in ``error``.
+/// ``JobQueue/current`` inside the body is the queue that started the job.
+public final class TaskJob: Job, @unchecked Sendable {
+    // Guarded by engineLock.
+    private var body: (@Sendable () async throws -> Void)?
+    private var task: Task<Void, Never>?
+    private var _error: (any Error)?
+    private let priority: TaskPriority?
+
+    /// Creates a job that runs `body` in a `Task` with the given priority.
+    public init(priority: TaskPriority? = nil, _ body: @escaping @Sendable () async throws -> Void) {
+        self.body = body
+        self.priority = priority
+        super.init(finishesWhenExecuteReturns: false)
+    }
+
+    /// The error the body threw, other than `CancellationError`; `nil` if it returned normally.
+    public var error: (any Error)? {
+        engineLock.withLock { _error }
+    }
+
+    public override func execute() {
+        engineLock.lock()
+        let body = self.body
+        self.body = nil
+        engineLock.unlock()
+        guard let body else { return _finish() }
+        let queue = JobQueue.current
+        let task = Task(priority: priority) { [self] in
+            do {
+                try await JobQueue.$_taskQueue.withValue(queue) { try await body() }
+                complete(with: nil)
+            } catch {
+                complete(with: error)
+            }
+        }
+        engineLock.lock()
+        self.task = task
+        let cancelled = _isCancelled
+        engineLock.unlock()
+        if cancelled {
+            task.cancel()
+        }
+    }
+
+    public override func cancel() {
+        super.cancel()
+        engineLock.lock()
+        let task = self.task
+        engineLock.unlock()
+        task?.cancel()
+    }
+
+    private func complete(with error: (any Error)?) {
+        var actions = _Actions()
+        engineLock.lock()
+        task = nil
+        if error is CancellationError {
+            if !_isCancelled {
+                _isCancelled = true
+                _postLocked(.cancelled, &actions)
+            }
+        } else {
+            _error = error
+        }
+        _finishLocked(&actions)
+        actions.planWorkersLocked()
+        engineLock.unlock()
+        actions.perform()
+    }
+}

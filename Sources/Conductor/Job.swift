@@ -1,0 +1,305 @@
+import Dispatch
+
+/// A unit of work with a lifecycle, dependencies and a priority.
+///
+/// Subclass `Job` and override ``execute()`` for synchronous work: the job finishes when
+/// `execute()` returns. For work that completes later, subclass ``AsynchronousJob`` and call
+/// ``AsynchronousJob/finish()``. ``BlockJob``, ``AsyncBlockJob`` and ``TaskJob`` cover the common
+/// cases without a subclass.
+///
+/// Only the engine changes a job's state. A job is `pending` while it waits for dependencies,
+/// `ready` once they have finished, `executing` while its work runs and `finished` when done.
+/// Cancelling a job that has not started finishes it at once without running its work; cancelling
+/// a running job only sets ``isCancelled``. See `Docs/Concepts.md`.
+///
+/// - Important: Every member may be called from any thread. No lock is held while the job's work,
+///   its observers or its completion block run.
+// @unchecked Sendable: every mutable stored property below is guarded by `engineLock` (the comment
+// on each group says so); `id` and `finishesWhenExecuteReturns` are immutable.
+open class Job: @unchecked Sendable {
+    /// A number that identifies this job for its lifetime, unique within the process.
+    public let id: UInt64
+
+    /// `true` for jobs that finish when `execute()` returns; `false` for jobs that finish later
+    /// (``AsynchronousJob``, ``TaskJob``).
+    let finishesWhenExecuteReturns: Bool
+
+    // MARK: Lifecycle (guarded by engineLock)
+    var _state: JobState = .ready
+    var _isCancelled = false
+    /// Whether `.ready` has been posted; it is posted at most once.
+    var _didPostReady = false
+    /// Whether this is a queue's barrier, which keeps its place in line even when cancelled.
+    var _isBarrier = false
+    /// Whether the queue counts this job in its current barrier epoch (`false` while held behind a barrier).
+    var _admitted = false
+    /// Finished, but observers, completion block or waiters have not all been served yet.
+    var _callbacksPending = false
+    var _priority: JobPriority = .normal
+    var _qualityOfService: DispatchQoS.QoSClass = .default
+    /// Unfinished dependencies; the job is `pending` while this is above zero.
+    var _blockers: Int32 = 0
+    var _name: String?
+
+    // MARK: Dependency graph (guarded by engineLock)
+    /// Position in the incremental topological order: every unfinished dependency has a smaller one.
+    var _order: UInt64
+    /// Jobs this job waits for. Strong, like Foundation's, until this job finishes; then dropped, so
+    /// that finished graphs free in any order and without recursion.
+    var _dependencies: [Job] = []
+    /// Unfinished jobs that wait for this one. Dropped when this job finishes.
+    var _dependents: [Job] = []
+
+    // MARK: Queue membership (guarded by engineLock)
+    /// The queue that owns this job until it finishes. Strong: a queue lives while it has jobs.
+    var _queue: JobQueue?
+    /// Non-zero while this job has a live entry in its queue's ready buckets.
+    var _readyTicket: UInt64 = 0
+    /// Insertion-ordered list of the queue's jobs.
+    var _next: Job?
+    unowned(unsafe) var _previous: Job?
+
+    // MARK: Rarely used state (guarded by engineLock)
+    /// Observers, completion block, waiters and pending events; allocated on first use.
+    var _extras: _JobExtras?
+
+    /// Creates a job in the `ready` state.
+    public init() {
+        id = nextJobID.wrappingAdd(1, ordering: .relaxed).oldValue
+        _order = id
+        finishesWhenExecuteReturns = true
+    }
+
+    init(finishesWhenExecuteReturns: Bool) {
+        id = nextJobID.wrappingAdd(1, ordering: .relaxed).oldValue
+        _order = id
+        self.finishesWhenExecuteReturns = finishesWhenExecuteReturns
+    }
+
+    // MARK: Work
+
+    /// The job's work. Override it; the default does nothing.
+    ///
+    /// The engine calls it at most once, on a worker of the job's queue or on the thread that
+    /// calls ``start()``. It is never called for a job cancelled before it started. A plain `Job`
+    /// finishes when this returns; an ``AsynchronousJob`` finishes when it calls `finish()`.
+    open func execute() {}
+
+    /// Runs the job on the calling thread, without a queue.
+    ///
+    /// A cancelled job is already finished, and `start()` does nothing. Starting a job that is
+    /// waiting for dependencies, already started, finished, or owned by a queue is a programming
+    /// error and traps with a message naming the job.
+    ///
+    /// - Complexity: O(1) plus the job's work and, when it finishes, O(dependents).
+    public final func start() {
+        var actions = _Actions()
+        engineLock.lock()
+        if let problem = _startProblemLocked() {
+            engineLock.unlock()
+            if problem.isEmpty { return }
+            preconditionFailure(problem)
+        }
+        _beginExecutingLocked(&actions)
+        engineLock.unlock()
+        actions.perform()
+
+        let previousJob = _ThreadContext.job
+        _ThreadContext.job = self
+        execute()
+        _ThreadContext.job = previousJob
+        if finishesWhenExecuteReturns {
+            _finish()
+        }
+    }
+
+    /// Returns `nil` when `start()` may proceed, an empty string when it should do nothing, or a trap message.
+    private func _startProblemLocked() -> String? {
+        if let queue = _queue {
+            return "Job.start(): \(_describeLocked) belongs to queue '\(queue._displayNameLocked)'; the queue starts it"
+        }
+        switch _state {
+        case .ready: return nil
+        case .finished where _isCancelled: return ""
+        case .finished: return "Job.start(): \(_describeLocked) has already finished"
+        case .executing: return "Job.start(): \(_describeLocked) has already started"
+        case .pending: return "Job.start(): \(_describeLocked) is not ready; it waits for \(_blockers) unfinished dependencies"
+        }
+    }
+
+    // MARK: Properties
+
+    /// A name for diagnostics and error messages. Defaults to `nil`; messages then use the type and ``id``.
+    public var name: String? {
+        get { engineLock.withLock { _name } }
+        set { engineLock.withLock { _name = newValue } }
+    }
+
+    /// The job's priority within its queue. Changing it while the job waits in a queue takes effect
+    /// at once: the job moves to the back of its new priority level.
+    ///
+    /// - Complexity: O(1) amortized.
+    public var queuePriority: JobPriority {
+        get { engineLock.withLock { _priority } }
+        set {
+            engineLock.withLock {
+                guard _priority != newValue else { return }
+                _priority = newValue
+                if _readyTicket != 0, let queue = _queue {
+                    queue._ready.remove(self)
+                    queue._pushReadyLocked(self)
+                }
+            }
+        }
+    }
+
+    /// The quality of service the job asks for. Recorded for bridges and diagnostics; the worker
+    /// that runs it uses its queue's ``JobQueue/qualityOfService``. Defaults to `.default`.
+    public var qualityOfService: DispatchQoS.QoSClass {
+        get { engineLock.withLock { _qualityOfService } }
+        set { engineLock.withLock { _qualityOfService = newValue } }
+    }
+
+    /// The job's current lifecycle state.
+    public var state: JobState { engineLock.withLock { _state } }
+    /// Whether every dependency has finished and the job has not yet started.
+    public var isReady: Bool { state == .ready }
+    /// Whether the job's work is running (for an asynchronous job: until it calls `finish()`).
+    public var isExecuting: Bool { state == .executing }
+    /// Whether the job has finished, by completing its work or by being cancelled before it started.
+    public var isFinished: Bool { state == .finished }
+    /// Whether ``cancel()`` has been called (or a ``TaskJob``'s body threw `CancellationError`).
+    public var isCancelled: Bool { engineLock.withLock { _isCancelled } }
+
+    // MARK: Cancellation
+
+    /// Cancels the job.
+    ///
+    /// - A job that has not started finishes at once, without running its work and without waiting
+    ///   for a slot or for its dependencies; its dependents are released and see it as cancelled.
+    /// - A running job only has ``isCancelled`` set and observers told `.cancelled`; it keeps its
+    ///   slot until its work returns (or, for an asynchronous job, calls `finish()`). Long work
+    ///   should check `isCancelled`.
+    /// - Cancelling a finished or already cancelled job does nothing.
+    ///
+    /// Subclasses that override it must call `super.cancel()`.
+    ///
+    /// - Complexity: O(1), plus O(dependents) when the job finishes.
+    open func cancel() {
+        var actions = _Actions()
+        engineLock.lock()
+        _cancelLocked(&actions)
+        actions.planWorkersLocked()
+        engineLock.unlock()
+        actions.perform()
+    }
+
+    func _cancelLocked(_ actions: inout _Actions) {
+        guard !_isCancelled, _state != .finished else { return }
+        _isCancelled = true
+        _postLocked(.cancelled, &actions)
+        switch _state {
+        case .pending, .ready:
+            // A queue's barrier keeps its place in line so that later jobs still wait for earlier ones.
+            if !(_isBarrier && _queue != nil) {
+                _finishLocked(&actions)
+            }
+        case .executing, .finished:
+            break
+        }
+    }
+
+    // MARK: Engine transitions (call with engineLock held)
+
+    /// The job is about to run: `ready → executing`.
+    func _beginExecutingLocked(_ actions: inout _Actions) {
+        #if CONDUCTOR_INVARIANTS
+        precondition(_state == .ready, "Conductor: starting \(_describeLocked) in state \(_state)")
+        #endif
+        _state = .executing
+        if !_didPostReady {
+            _didPostReady = true
+            _postLocked(.ready, &actions)
+        }
+        _postLocked(.started, &actions)
+    }
+
+    /// Finishes an executing job from outside the lock; does nothing if it is not executing.
+    func _finish() {
+        var actions = _Actions()
+        engineLock.lock()
+        if _state == .executing {
+            _finishLocked(&actions)
+        }
+        actions.planWorkersLocked()
+        engineLock.unlock()
+        actions.perform()
+    }
+
+    /// `pending | ready | executing → finished`: frees the slot, leaves the queue, releases dependents.
+    ///
+    /// - Complexity: O(dependents).
+    func _finishLocked(_ actions: inout _Actions) {
+        #if CONDUCTOR_INVARIANTS
+        precondition(_state != .finished, "Conductor: finishing \(_describeLocked) twice")
+        #endif
+        let wasExecuting = _state == .executing
+        _state = .finished
+        let hasCallbacks = _extras != nil
+        _callbacksPending = hasCallbacks
+
+        if let queue = _queue {
+            queue._jobLeftLocked(self, wasExecuting: wasExecuting, settlesNow: !hasCallbacks, &actions)
+            if hasCallbacks {
+                _extras!.settleQueue = queue
+            }
+            _queue = nil
+        }
+
+        let dependents = _dependents
+        _dependents = []
+        _dependencies = []
+        for dependent in dependents {
+            dependent._dependencyFinishedLocked(&actions)
+        }
+        _postLocked(.finished, &actions)
+    }
+
+    /// One of this job's dependencies finished.
+    func _dependencyFinishedLocked(_ actions: inout _Actions) {
+        // A job cancelled before its dependencies finished is already finished; nothing to count.
+        guard _state == .pending else { return }
+        _blockers -= 1
+        if _blockers == 0 {
+            _becomeReadyLocked(&actions)
+        }
+    }
+
+    /// `pending → ready`: the last unfinished dependency finished or was removed.
+    func _becomeReadyLocked(_ actions: inout _Actions) {
+        _state = .ready
+        if !_didPostReady {
+            _didPostReady = true
+            _postLocked(.ready, &actions)
+        }
+        if _admitted, let queue = _queue {
+            queue._pushReadyLocked(self)
+            actions.touch(queue)
+        }
+    }
+
+    /// `ready → pending`: a dependency was added to a job that had none unfinished.
+    func _becomePendingLocked() {
+        _state = .pending
+        if _readyTicket != 0, let queue = _queue {
+            queue._ready.remove(self)
+        }
+    }
+
+    // MARK: Descriptions
+
+    /// The job's name, or its type and ``id`` when it has none.
+    public var displayName: String { engineLock.withLock { _describeLocked } }
+
+    var _describeLocked: String { _name ?? "\(type(of: self))#\(id)" }
+}

@@ -1,0 +1,330 @@
+import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Runs jobs by priority under a concurrency limit, over Dispatch.
+///
+/// A queue starts its ready jobs highest priority first and, within a priority, in the order they
+/// became ready. At most ``maxConcurrentJobCount`` jobs execute at once; an asynchronous job counts
+/// until it calls `finish()`. Workers are Dispatch blocks on ``underlyingQueue`` (or a global queue
+/// of the queue's ``qualityOfService``); a worker that finishes a job takes the next ready one
+/// itself, so a busy queue pays one Dispatch hop per worker, not per job.
+///
+/// A queue lives while it has jobs: dropping the last reference to a queue with unfinished jobs
+/// lets them finish, and then the queue is freed.
+///
+/// - Important: Every member may be called from any thread, including from inside jobs, observers
+///   and completion blocks. No lock is held while user code runs.
+// @unchecked Sendable: every mutable stored property is guarded by `engineLock`; `id` is immutable.
+public final class JobQueue: @unchecked Sendable {
+    /// The default for ``maxConcurrentJobCount``: let Conductor choose the width.
+    ///
+    /// The chosen width is ``systemDefaultWidth``, wide enough that jobs which block (on I/O, or
+    /// waiting for other queues) do not starve the queue, as with Foundation's default.
+    public static let defaultMaxConcurrentJobCount: Int = -1
+
+    /// The number of jobs a queue with the default limit runs at once: 64, or twice the number
+    /// of active processors if that is more. Workers claim a job only when a thread runs them, so a
+    /// wide queue of CPU-bound jobs does not oversubscribe the processors.
+    public static let systemDefaultWidth: Int = max(64, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+
+    let id: UInt64
+
+    // MARK: Configuration (guarded by engineLock)
+    var _name: String?
+    var _maxConcurrentJobCount: Int
+    /// The limit in force: `_maxConcurrentJobCount`, or `systemDefaultWidth` for the default.
+    var _limit: Int
+    var _isSuspended = false
+    var _qualityOfService: DispatchQoS.QoSClass = .default
+    var _underlyingQueue: DispatchQueue?
+
+    // MARK: Scheduling (guarded by engineLock)
+    /// Jobs started by this queue and not yet finished.
+    var _executing = 0
+    /// Workers dispatched that have not yet claimed their first job.
+    var _idleWorkers = 0
+    var _ready = _ReadyQueue()
+    /// Jobs counted by the current barrier epoch (not held behind a barrier) and not yet finished.
+    var _activeUnfinished = 0
+    /// Barriers not yet finished, oldest first, each with the jobs added after it.
+    var _epochs: [_BarrierEpoch] = []
+
+    // MARK: Membership and waiting (guarded by engineLock)
+    /// The queue's unfinished jobs in insertion order; the list holds them strongly.
+    var _head: Job?
+    unowned(unsafe) var _tail: Job?
+    var _jobCount = 0
+    /// Jobs added and not yet finished with all their callbacks run; waiters wake at zero.
+    var _unsettled = 0
+    var _waiters: [_Waiter] = []
+
+    /// Creates a queue.
+    ///
+    /// - Parameters:
+    ///   - name: A name for diagnostics.
+    ///   - maxConcurrentJobCount: The most jobs that may execute at once; 0 or more, or
+    ///     ``defaultMaxConcurrentJobCount``. Any other negative value traps.
+    public init(name: String? = nil, maxConcurrentJobCount: Int = JobQueue.defaultMaxConcurrentJobCount) {
+        JobQueue.validate(maxConcurrentJobCount)
+        id = nextJobID.wrappingAdd(1, ordering: .relaxed).oldValue
+        _name = name
+        _maxConcurrentJobCount = maxConcurrentJobCount
+        _limit = maxConcurrentJobCount < 0 ? JobQueue.systemDefaultWidth : maxConcurrentJobCount
+    }
+
+    private static func validate(_ count: Int) {
+        precondition(
+            count >= 0 || count == defaultMaxConcurrentJobCount,
+            "JobQueue.maxConcurrentJobCount: \(count) is not a valid limit; use 0 or more, or JobQueue.defaultMaxConcurrentJobCount (-1)"
+        )
+    }
+
+    // MARK: Configuration
+
+    /// A name for diagnostics.
+    public var name: String? {
+        get { engineLock.withLock { _name } }
+        set { engineLock.withLock { _name = newValue } }
+    }
+
+    /// The most jobs that may execute at once.
+    ///
+    /// Changes take effect at once: raising the limit starts waiting jobs immediately; lowering it
+    /// lets running jobs finish but starts no new job until fewer than the new limit are running.
+    /// 0 starts nothing. Setting a negative value other than ``defaultMaxConcurrentJobCount`` traps.
+    ///
+    /// - Complexity: O(1).
+    public var maxConcurrentJobCount: Int {
+        get { engineLock.withLock { _maxConcurrentJobCount } }
+        set {
+            JobQueue.validate(newValue)
+            _update { queue in
+                queue._maxConcurrentJobCount = newValue
+                queue._limit = newValue < 0 ? JobQueue.systemDefaultWidth : newValue
+            }
+        }
+    }
+
+    /// Whether the queue is suspended. A suspended queue starts no job (and no barrier); jobs already
+    /// running go on, and cancelled jobs still finish at once. Resuming starts waiting jobs immediately.
+    public var isSuspended: Bool {
+        get { engineLock.withLock { _isSuspended } }
+        set { _update { $0._isSuspended = newValue } }
+    }
+
+    /// The quality of service of the queue's workers when no ``underlyingQueue`` is set.
+    public var qualityOfService: DispatchQoS.QoSClass {
+        get { engineLock.withLock { _qualityOfService } }
+        set { engineLock.withLock { _qualityOfService = newValue } }
+    }
+
+    /// The Dispatch queue the workers run on; `nil` (the default) uses a global queue of
+    /// ``qualityOfService``. The queue's limit still applies on a concurrent underlying queue; a
+    /// serial one runs one job at a time whatever the limit. Takes effect for workers started afterwards.
+    public var underlyingQueue: DispatchQueue? {
+        get { engineLock.withLock { _underlyingQueue } }
+        set { engineLock.withLock { _underlyingQueue = newValue } }
+    }
+
+    /// The queue whose worker is running the calling code: inside a job's work (including a
+    /// ``TaskJob``'s body), its queue; elsewhere `nil`.
+    public static var current: JobQueue? {
+        _ThreadContext.queue ?? _taskQueue
+    }
+
+    @TaskLocal static var _taskQueue: JobQueue?
+
+    // MARK: Adding jobs
+
+    /// Adds a job. It starts when it is ready, a slot is free and no higher-priority job is ready.
+    ///
+    /// Adding a job that is already on a queue (this one or another), has already started, or has
+    /// finished after running is a programming error and traps with a message naming the job. A job
+    /// that was cancelled before being added is already finished; adding it does nothing.
+    ///
+    /// - Complexity: O(1) amortized.
+    public func addJob(_ job: Job) {
+        _update { queue, actions in
+            if let problem = queue._enqueueLocked(job, &actions) {
+                engineLock.unlock()
+                preconditionFailure("JobQueue.addJob(_:): \(problem)")
+            }
+        }
+    }
+
+    /// Adds jobs as one atomic step: no job of the batch starts before all are added, so
+    /// priorities apply across the batch. With `waitUntilFinished`, blocks until all have finished.
+    ///
+    /// - Complexity: O(n) for n jobs.
+    public func addJobs(_ jobs: [Job], waitUntilFinished: Bool) {
+        _update { queue, actions in
+            for job in jobs {
+                if let problem = queue._enqueueLocked(job, &actions) {
+                    engineLock.unlock()
+                    preconditionFailure("JobQueue.addJobs(_:waitUntilFinished:): \(problem)")
+                }
+            }
+        }
+        if waitUntilFinished {
+            for job in jobs {
+                job.waitUntilFinished()
+            }
+        }
+    }
+
+    /// Adds a job that runs `block`.
+    ///
+    /// - Complexity: O(1) amortized.
+    public func addJob(_ block: @escaping @Sendable () -> Void) {
+        addJob(BlockJob(block: block))
+    }
+
+    /// Adds a barrier: `barrier` runs after every job added before it has finished, alone, and
+    /// every job added after it waits until it has finished. It respects suspension and the limit
+    /// (it needs one slot).
+    ///
+    /// `cancelAllJobs()` cancels a barrier too: its block does not run, but it keeps its place, so
+    /// later jobs still wait for the earlier ones.
+    ///
+    /// - Complexity: O(1) amortized; releasing the jobs held behind it is O(1) each.
+    public func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
+        let job = _BarrierJob(block: barrier)
+        _update { queue, actions in
+            job._queue = queue
+            queue._linkLocked(job)
+            queue._epochs.append(_BarrierEpoch(barrier: job))
+            if queue._activeUnfinished == 0 {
+                queue._advanceEpochsLocked(&actions)
+            }
+        }
+    }
+
+    // MARK: Inspecting and controlling
+
+    /// The queue's unfinished jobs, in the order they were added. Finished jobs are dropped.
+    ///
+    /// - Complexity: O(n) for the snapshot.
+    public var jobs: [Job] {
+        engineLock.withLock {
+            var result: [Job] = []
+            result.reserveCapacity(_jobCount)
+            var node = _head
+            while let job = node {
+                result.append(job)
+                node = job._next
+            }
+            return result
+        }
+    }
+
+    /// The number of unfinished jobs.
+    ///
+    /// - Complexity: O(1).
+    public var jobCount: Int { engineLock.withLock { _jobCount } }
+
+    /// Cancels every job on the queue (see ``Job/cancel()``). Jobs not yet started finish at once;
+    /// running ones are told to stop. Jobs added afterwards are not affected.
+    ///
+    /// - Complexity: O(n).
+    public func cancelAllJobs() {
+        for job in jobs {
+            job.cancel()
+        }
+    }
+
+    /// Blocks the calling thread until every job added so far has finished and its completion
+    /// block has run. Jobs added while waiting are waited for too.
+    ///
+    /// - Important: Calling it from a job running on this queue would never return, and traps.
+    public func waitUntilAllJobsAreFinished() {
+        engineLock.lock()
+        if _unsettled == 0 {
+            engineLock.unlock()
+            return
+        }
+        if _ThreadContext.queue === self {
+            let name = _displayNameLocked
+            engineLock.unlock()
+            preconditionFailure("JobQueue.waitUntilAllJobsAreFinished(): called from a job running on '\(name)'; it would wait for itself and never return")
+        }
+        let semaphore = DispatchSemaphore(value: 0)
+        _waiters.append(.semaphore(semaphore))
+        engineLock.unlock()
+        semaphore.wait()
+    }
+
+    /// Suspends until every job added so far has finished and its completion block has run.
+    public func waitUntilAllJobsAreFinished() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            engineLock.lock()
+            if _unsettled == 0 {
+                engineLock.unlock()
+                continuation.resume()
+                return
+            }
+            _waiters.append(.continuation(continuation))
+            engineLock.unlock()
+        }
+    }
+
+    // MARK: Helpers
+
+    var _displayNameLocked: String { _name ?? "JobQueue#\(id)" }
+
+    /// Runs `body` under the engine lock, then starts any workers the change made possible.
+    private func _update(_ body: (JobQueue, inout _Actions) -> Void) {
+        var actions = _Actions()
+        engineLock.lock()
+        body(self, &actions)
+        actions.touch(self)
+        actions.planWorkersLocked()
+        engineLock.unlock()
+        actions.perform()
+    }
+
+    private func _update(_ body: (JobQueue) -> Void) {
+        _update { queue, _ in body(queue) }
+    }
+}
+
+/// A barrier and the jobs added after it, which wait until it has finished.
+// @unchecked Sendable: every stored property is guarded by `engineLock`.
+final class _BarrierEpoch: @unchecked Sendable {
+    let barrier: Job
+    var held: [Job] = []
+    var barrierAdmitted = false
+
+    init(barrier: Job) {
+        self.barrier = barrier
+    }
+}
+
+/// The job behind ``JobQueue/addBarrierBlock(_:)``.
+final class _BarrierJob: Job, @unchecked Sendable {
+    // Guarded by engineLock; released when the barrier runs.
+    private var block: (@Sendable () -> Void)?
+
+    init(block: @escaping @Sendable () -> Void) {
+        self.block = block
+        super.init()
+        _isBarrier = true
+    }
+
+    override func execute() {
+        engineLock.lock()
+        let block = self.block
+        self.block = nil
+        let cancelled = _isCancelled
+        engineLock.unlock()
+        if !cancelled {
+            block?()
+        }
+    }
+}

@@ -1,0 +1,66 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A mutual-exclusion lock over `pthread_mutex_t`.
+///
+/// Conductor does not use `Synchronization.Mutex`: on Linux it is built on raw futexes that
+/// ThreadSanitizer cannot see, so every report TSan made about the engine would be suspect. A
+/// pthread mutex is understood by TSan in every build, so a clean TSan run means something.
+///
+/// - Important: Never call user code while holding a `_Lock`. The engine decides inside the lock and
+///   acts after unlocking; see `Docs/Design.md`.
+// @unchecked Sendable: the only stored state is a pointer to a pthread mutex, which is itself the
+// synchronization primitive; it is allocated once in `init` and freed in `deinit`.
+final class _Lock: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+
+    init() {
+        mutex = .allocate(capacity: 1)
+        var attributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attributes)
+        #if CONDUCTOR_INVARIANTS
+        // Error-checking mutexes turn a recursive acquisition into an error instead of a silent deadlock.
+        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ERRORCHECK))
+        #endif
+        let result = pthread_mutex_init(mutex, &attributes)
+        pthread_mutexattr_destroy(&attributes)
+        precondition(result == 0, "pthread_mutex_init failed: \(result)")
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    @inline(__always)
+    func lock() {
+        let result = pthread_mutex_lock(mutex)
+        #if CONDUCTOR_INVARIANTS
+        precondition(result == 0, "Conductor engine lock acquired recursively (pthread error \(result))")
+        #else
+        _ = result
+        #endif
+    }
+
+    @inline(__always)
+    func unlock() {
+        let result = pthread_mutex_unlock(mutex)
+        #if CONDUCTOR_INVARIANTS
+        precondition(result == 0, "Conductor engine lock released by a thread that does not hold it (\(result))")
+        #else
+        _ = result
+        #endif
+    }
+
+    @inline(__always)
+    func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        lock()
+        defer { unlock() }
+        return try body()
+    }
+}

@@ -1,0 +1,118 @@
+/// A first-in, first-out ring buffer. Popped slots are cleared at once, so the buffer never keeps
+/// a finished job alive.
+struct _FIFO<Element> {
+    private var slots: ContiguousArray<Element?> = []
+    private var head = 0
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    /// - Complexity: O(1) amortized.
+    mutating func append(_ element: Element) {
+        if count == slots.count {
+            grow()
+        }
+        slots[(head + count) & (slots.count - 1)] = element
+        count += 1
+    }
+
+    /// - Complexity: O(1).
+    mutating func popFirst() -> Element? {
+        guard count > 0 else { return nil }
+        let element = slots[head].take()
+        head = (head + 1) & (slots.count - 1)
+        count -= 1
+        return element
+    }
+
+    /// Removes the elements for which `shouldRemove` is true, keeping the others in order.
+    ///
+    /// - Complexity: O(count).
+    mutating func removeAll(where shouldRemove: (Element) -> Bool) {
+        var kept = _FIFO()
+        while let element = popFirst() {
+            if !shouldRemove(element) { kept.append(element) }
+        }
+        self = kept
+    }
+
+    private mutating func grow() {
+        let newCapacity = Swift.max(16, slots.count * 2)
+        var newSlots = ContiguousArray<Element?>(repeating: nil, count: newCapacity)
+        for offset in 0..<count {
+            newSlots[offset] = slots[(head + offset) & (slots.count - 1)].take()
+        }
+        slots = newSlots
+        head = 0
+    }
+}
+
+/// A queue's ready jobs: one FIFO per priority.
+///
+/// Push and pop are O(1). Removing a job (cancelled, re-prioritized, or given a new dependency
+/// while it waited) is O(1) too: the job's `_readyTicket` is reset, which makes its entry stale,
+/// and stale entries are skipped when popped. When stale entries outnumber live ones the buckets
+/// are compacted, so garbage stays proportional to live work.
+///
+/// All members must be used with `engineLock` held.
+struct _ReadyQueue {
+    struct Entry {
+        let job: Job
+        let ticket: UInt64
+    }
+
+    private var buckets: [_FIFO<Entry>] = Array(repeating: _FIFO(), count: JobPriority.allCases.count)
+    /// Live entries.
+    private(set) var count = 0
+    private var staleCount = 0
+    /// Source of tickets; increasing, so a ticket also records arrival order.
+    private var nextTicket: UInt64 = 1
+
+    /// Adds a ready job at the back of its priority level.
+    ///
+    /// - Complexity: O(1) amortized.
+    mutating func push(_ job: Job) {
+        let ticket = nextTicket
+        nextTicket += 1
+        job._readyTicket = ticket
+        buckets[job._priority.bucket].append(Entry(job: job, ticket: ticket))
+        count += 1
+    }
+
+    /// Removes and returns the highest-priority, earliest-arrived live job.
+    ///
+    /// - Complexity: O(1) amortized (stale entries are each skipped once).
+    mutating func popFirst() -> Job? {
+        guard count > 0 else { return nil }
+        for index in buckets.indices {
+            while let entry = buckets[index].popFirst() {
+                if entry.job._readyTicket == entry.ticket {
+                    entry.job._readyTicket = 0
+                    count -= 1
+                    return entry.job
+                }
+                staleCount -= 1
+            }
+        }
+        preconditionFailure("Conductor: ready count \(count) but no live entry")
+    }
+
+    /// Makes `job`'s entry stale. The job must have a live entry.
+    ///
+    /// - Complexity: O(1) amortized.
+    mutating func remove(_ job: Job) {
+        job._readyTicket = 0
+        count -= 1
+        staleCount += 1
+        if staleCount > 64 && staleCount > count {
+            compact()
+        }
+    }
+
+    private mutating func compact() {
+        for index in buckets.indices {
+            buckets[index].removeAll { $0.job._readyTicket != $0.ticket }
+        }
+        staleCount = 0
+    }
+}
