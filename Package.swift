@@ -3,6 +3,8 @@ import PackageDescription
 
 let package = Package(
     name: "Conductor",
+    // Synchronization's `Atomic` sets the Apple minimums; Linux has no minimum.
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "Conductor", targets: ["Conductor"])
     ],

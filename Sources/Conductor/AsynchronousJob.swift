@@ -6,7 +6,7 @@
 /// post by hand: the engine owns the state machine.
 ///
 /// ```swift
-/// final class Download: AsynchronousJob {
+/// final class Download: AsynchronousJob, @unchecked Sendable {
 ///     override func execute() {
 ///         client.fetch(url) { result in
 ///             self.result = result

@@ -52,8 +52,12 @@ public final class BlockJob: Job, @unchecked Sendable {
         if more.isEmpty {
             first()
         } else {
+            // Blocks that land on other threads see the same `JobQueue.current` and current job.
             let blocks = [first] + more
-            DispatchQueue.concurrentPerform(iterations: blocks.count) { blocks[$0]() }
+            let queue = _ThreadContext.queue
+            DispatchQueue.concurrentPerform(iterations: blocks.count) { index in
+                _ThreadContext.withContext(queue: queue, job: self, blocks[index])
+            }
         }
     }
 }

@@ -13,8 +13,12 @@ extension Job {
     ///   ordered before it; otherwise O(size of the affected region) by the Pearce–Kelly algorithm.
     ///   Plus O(number of dependencies) for the duplicate check.
     public func addDependency(_ job: Job) throws(JobError) {
+        var actions = _Actions()
         engineLock.lock()
-        defer { engineLock.unlock() }
+        defer {
+            engineLock.unlock()
+            actions.perform()
+        }
         if job === self {
             throw JobError(code: .dependencyCycle, jobs: [self])
         }
@@ -30,8 +34,12 @@ extension Job {
             }
             job._dependents.append(self)
             _blockers += 1
+            #if CONDUCTOR_INVARIANTS
+            _DependencyGraph.checkInvariantsLocked(around: self)
+            _DependencyGraph.checkInvariantsLocked(around: job)
+            #endif
             if _state == .ready {
-                _becomePendingLocked()
+                _becomePendingLocked(&actions)
             }
         }
         _dependencies.append(job)

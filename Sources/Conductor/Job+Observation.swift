@@ -59,9 +59,14 @@ extension Job {
     ///
     /// - Complexity: O(observers).
     public func removeObserver(_ token: JobObserverToken) {
-        engineLock.withLock {
-            _extras?.observers.removeAll { $0.token == token }
+        // The removed handler is released after unlocking.
+        let removed = engineLock.withLock { () -> [@Sendable (JobEvent) -> Void] in
+            guard let extras = _extras, let index = extras.observers.firstIndex(where: { $0.token == token }) else {
+                return []
+            }
+            return [extras.observers.remove(at: index).handler]
         }
+        _ = removed
     }
 
     /// A block run exactly once after the job finishes, then released.
@@ -74,11 +79,16 @@ extension Job {
     public var completionBlock: (@Sendable () -> Void)? {
         get { engineLock.withLock { _extras?.completionBlock } }
         set {
-            engineLock.withLock {
-                if _state == .finished { return }
-                if newValue == nil && _extras == nil { return }
-                _extrasLocked.completionBlock = newValue
+            // The replaced block (or, on a finished job, the new one) is released after unlocking.
+            let released: (@Sendable () -> Void)? = engineLock.withLock {
+                if _state == .finished { return newValue }
+                if newValue == nil && _extras == nil { return nil }
+                let extras = _extrasLocked
+                let previous = extras.completionBlock
+                extras.completionBlock = newValue
+                return previous
             }
+            _ = released
         }
     }
 

@@ -51,12 +51,14 @@ open class Job: @unchecked Sendable {
     var _dependents: [Job] = []
 
     // MARK: Queue membership (guarded by engineLock)
-    /// The queue that owns this job until it finishes. Strong: a queue lives while it has jobs.
-    var _queue: JobQueue?
+    /// The queue that owns this job until it finishes. Not retained: a queue keeps itself alive
+    /// while it has unsettled jobs (see `JobQueue._linkLocked`).
+    unowned(unsafe) var _queue: JobQueue?
     /// Non-zero while this job has a live entry in its queue's ready buckets.
     var _readyTicket: UInt64 = 0
-    /// Insertion-ordered list of the queue's jobs.
-    var _next: Job?
+    /// Links of the queue's insertion-ordered membership list. Not retained: the queue holds one
+    /// manual retain per member (see `JobQueue._linkLocked`).
+    unowned(unsafe) var _next: Job?
     unowned(unsafe) var _previous: Job?
 
     // MARK: Rarely used state (guarded by engineLock)
@@ -142,14 +144,17 @@ open class Job: @unchecked Sendable {
     public var queuePriority: JobPriority {
         get { engineLock.withLock { _priority } }
         set {
-            engineLock.withLock {
-                guard _priority != newValue else { return }
+            var actions = _Actions()
+            engineLock.lock()
+            if _priority != newValue {
                 _priority = newValue
                 if _readyTicket != 0, let queue = _queue {
-                    queue._ready.remove(self)
+                    queue._ready.remove(self, &actions)
                     queue._pushReadyLocked(self)
                 }
             }
+            engineLock.unlock()
+            actions.perform()
         }
     }
 
@@ -249,19 +254,22 @@ open class Job: @unchecked Sendable {
         _callbacksPending = hasCallbacks
 
         if let queue = _queue {
-            queue._jobLeftLocked(self, wasExecuting: wasExecuting, settlesNow: !hasCallbacks, &actions)
             if hasCallbacks {
                 _extras!.settleQueue = queue
             }
             _queue = nil
+            queue._jobLeftLocked(self, wasExecuting: wasExecuting, settlesNow: !hasCallbacks, &actions)
         }
 
-        let dependents = _dependents
-        _dependents = []
-        _dependencies = []
-        for dependent in dependents {
+        for dependent in _dependents {
             dependent._dependencyFinishedLocked(&actions)
         }
+        // Drop the edges, but release the jobs after unlocking: a job freed here would run its
+        // deinit (and its captures' deinits) under the lock.
+        actions.release(_dependents)
+        actions.release(_dependencies)
+        _dependents = []
+        _dependencies = []
         _postLocked(.finished, &actions)
     }
 
@@ -289,10 +297,10 @@ open class Job: @unchecked Sendable {
     }
 
     /// `ready → pending`: a dependency was added to a job that had none unfinished.
-    func _becomePendingLocked() {
+    func _becomePendingLocked(_ actions: inout _Actions) {
         _state = .pending
         if _readyTicket != 0, let queue = _queue {
-            queue._ready.remove(self)
+            queue._ready.remove(self, &actions)
         }
     }
 

@@ -65,7 +65,7 @@ extension JobQueue {
         if wasExecuting {
             _executing -= 1
         } else if job._readyTicket != 0 {
-            _ready.remove(job)
+            _ready.remove(job, &actions)
         }
         _unlinkLocked(job)
         if job._admitted {
@@ -84,9 +84,13 @@ extension JobQueue {
     /// A finished job's callbacks have all run; wake the queue's waiters if it was the last.
     func _settleLocked(_ actions: inout _Actions) {
         _unsettled -= 1
-        if _unsettled == 0 && !_waiters.isEmpty {
-            actions.waiters.append(contentsOf: _waiters)
-            _waiters = []
+        if _unsettled == 0 {
+            if !_waiters.isEmpty {
+                actions.waiters.append(contentsOf: _waiters)
+                _waiters = []
+            }
+            // Balance the retain taken in `_linkLocked` when the queue gained its first job.
+            actions.releaseAfterUnlocking(self)
         }
     }
 
@@ -99,6 +103,9 @@ extension JobQueue {
                 _admitLocked(epoch.barrier, &actions)
             } else {
                 _epochs.removeFirst()
+                // Held jobs cancelled while waiting have left the list; free them after unlocking.
+                actions.release(epoch.held)
+                actions.release([epoch.barrier])
                 for job in epoch.held where job._state != .finished {
                     _admitLocked(job, &actions)
                 }
@@ -111,7 +118,7 @@ extension JobQueue {
     /// - Complexity: O(1) amortized.
     @inline(__always)
     func _claimNextLocked(_ actions: inout _Actions) -> Job? {
-        guard !_isSuspended, _executing < _limit, let job = _ready.popFirst() else { return nil }
+        guard !_isSuspended, _executing < _limit, let job = _ready.popFirst(&actions) else { return nil }
         _executing += 1
         job._beginExecutingLocked(&actions)
         return job
@@ -163,9 +170,31 @@ extension JobQueue {
         _ThreadContext.job = previousJob
     }
 
+    #if CONDUCTOR_INVARIANTS
+    /// O(1) consistency checks of the queue's counters, run at the end of critical sections in debug builds.
+    func _checkInvariantsLocked() {
+        let name = _displayNameLocked
+        precondition(_executing >= 0 && _idleWorkers >= 0, "Conductor: negative slot count on '\(name)'")
+        precondition(_ready.count >= 0 && _ready.count <= _activeUnfinished, "Conductor: ready count out of range on '\(name)'")
+        precondition(_activeUnfinished <= _jobCount, "Conductor: admitted count exceeds members on '\(name)'")
+        precondition(_jobCount <= _unsettled, "Conductor: more members than unsettled jobs on '\(name)'")
+        precondition((_head == nil) == (_jobCount == 0), "Conductor: membership list out of sync on '\(name)'")
+        precondition(_epochs.isEmpty || _epochs[0].barrierAdmitted || _activeUnfinished > 0,
+                     "Conductor: barrier epoch stalled on '\(name)'")
+    }
+    #endif
+
     // MARK: Membership list
 
+    /// Makes `job` a member. The queue takes one manual retain of the job, released in
+    /// `_unlinkLocked`, so the list links need no reference counting. While it has unsettled jobs
+    /// the queue also retains itself, which is what keeps a queue its owner dropped alive until its
+    /// jobs are done (and lets jobs point to their queue without retaining it).
     func _linkLocked(_ job: Job) {
+        _ = Unmanaged.passRetained(job)
+        if _unsettled == 0 {
+            _ = Unmanaged.passRetained(self)
+        }
         job._previous = _tail
         job._next = nil
         if let tail = _tail {
@@ -194,5 +223,7 @@ extension JobQueue {
         job._next = nil
         job._previous = nil
         _jobCount -= 1
+        // The caller holds its own reference, so this never frees the job under the lock.
+        Unmanaged.passUnretained(job).release()
     }
 }

@@ -57,8 +57,8 @@ public final class JobQueue: @unchecked Sendable {
     var _epochs: [_BarrierEpoch] = []
 
     // MARK: Membership and waiting (guarded by engineLock)
-    /// The queue's unfinished jobs in insertion order; the list holds them strongly.
-    var _head: Job?
+    /// The queue's unfinished jobs in insertion order. The list holds one manual retain per member.
+    unowned(unsafe) var _head: Job?
     unowned(unsafe) var _tail: Job?
     var _jobCount = 0
     /// Jobs added and not yet finished with all their callbacks run; waiters wake at zero.
@@ -315,6 +315,8 @@ final class _BarrierJob: Job, @unchecked Sendable {
         self.block = block
         super.init()
         _isBarrier = true
+        _name = "barrier#\(id)"
+
     }
 
     override func execute() {

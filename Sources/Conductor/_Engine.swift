@@ -48,6 +48,32 @@ struct _Actions {
     var deliveries: [Job] = []
     /// Waiters to wake.
     var waiters: [_Waiter] = []
+    /// Jobs dropped under the lock, released after unlocking (one slot inline, the rest in an array).
+    private var released: [Job] = []
+    private var moreReleased: [[Job]] = []
+    /// A queue whose self-retain ends; released after unlocking.
+    private var releasedQueue: JobQueue?
+    private var moreReleasedQueues: [JobQueue] = []
+
+    /// Keeps `jobs` alive until `perform()`, so that no job is freed under the lock.
+    @inline(__always)
+    mutating func release(_ jobs: [Job]) {
+        if jobs.isEmpty { return }
+        if released.isEmpty {
+            released = jobs
+        } else {
+            moreReleased.append(jobs)
+        }
+    }
+
+    /// Releases the queue's self-retain after unlocking.
+    mutating func releaseAfterUnlocking(_ queue: JobQueue) {
+        if releasedQueue == nil {
+            releasedQueue = queue
+        } else {
+            moreReleasedQueues.append(queue)
+        }
+    }
 
     /// Records that `queue` may be able to start more work.
     @inline(__always)
@@ -69,6 +95,9 @@ struct _Actions {
     }
 
     private mutating func planWorkersLocked(for queue: JobQueue) {
+        #if CONDUCTOR_INVARIANTS
+        queue._checkInvariantsLocked()
+        #endif
         let count = queue._workersToStartLocked()
         if count > 0 {
             workerStarts.append((queue._dispatchTargetLocked, queue, count))
@@ -89,6 +118,17 @@ struct _Actions {
         for waiter in waiters {
             waiter.resume()
         }
+        released = []
+        moreReleased = []
+        if let queue = releasedQueue {
+            releasedQueue = nil
+            Unmanaged.passUnretained(queue).release()
+            _ = queue  // `queue` keeps it alive until here, outside the lock
+        }
+        for queue in moreReleasedQueues {
+            Unmanaged.passUnretained(queue).release()
+        }
+        moreReleasedQueues = []
     }
 }
 
@@ -127,6 +167,17 @@ enum _ThreadContext {
         set {
             pthread_setspecific(queueKey, newValue.map { Unmanaged.passUnretained($0).toOpaque() })
         }
+    }
+
+    /// Runs `body` with `queue` and `job` as this thread's context, then restores the previous one.
+    static func withContext(queue: JobQueue?, job: Job?, _ body: () -> Void) {
+        let previousQueue = self.queue
+        let previousJob = self.job
+        self.queue = queue
+        self.job = job
+        body()
+        self.queue = previousQueue
+        self.job = previousJob
     }
 
     /// The job whose work is running on this thread. Not retained: the runner retains it.

@@ -81,9 +81,14 @@ struct _ReadyQueue {
 
     /// Removes and returns the highest-priority, earliest-arrived live job.
     ///
+    /// Stale entries skipped on the way may hold the last reference to a cancelled job; they are
+    /// handed to `actions` so the job is freed after unlocking.
+    ///
     /// - Complexity: O(1) amortized (stale entries are each skipped once).
-    mutating func popFirst() -> Job? {
+    mutating func popFirst(_ actions: inout _Actions) -> Job? {
         guard count > 0 else { return nil }
+        var skipped: [Job] = []
+        defer { actions.release(skipped) }
         for index in buckets.indices {
             while let entry = buckets[index].popFirst() {
                 if entry.job._readyTicket == entry.ticket {
@@ -92,6 +97,7 @@ struct _ReadyQueue {
                     return entry.job
                 }
                 staleCount -= 1
+                skipped.append(entry.job)
             }
         }
         preconditionFailure("Conductor: ready count \(count) but no live entry")
@@ -100,19 +106,25 @@ struct _ReadyQueue {
     /// Makes `job`'s entry stale. The job must have a live entry.
     ///
     /// - Complexity: O(1) amortized.
-    mutating func remove(_ job: Job) {
+    mutating func remove(_ job: Job, _ actions: inout _Actions) {
         job._readyTicket = 0
         count -= 1
         staleCount += 1
         if staleCount > 64 && staleCount > count {
-            compact()
+            compact(&actions)
         }
     }
 
-    private mutating func compact() {
+    private mutating func compact(_ actions: inout _Actions) {
+        var dropped: [Job] = []
         for index in buckets.indices {
-            buckets[index].removeAll { $0.job._readyTicket != $0.ticket }
+            buckets[index].removeAll { entry in
+                let stale = entry.job._readyTicket != entry.ticket
+                if stale { dropped.append(entry.job) }
+                return stale
+            }
         }
         staleCount = 0
+        actions.release(dropped)
     }
 }
