@@ -139,11 +139,21 @@ extension JobQueue {
         _underlyingQueue ?? DispatchQueue.global(qos: _qualityOfService)
     }
 
+    /// Retires the workers sent to the old target: they stop counting as idle and take no more jobs.
+    func _dispatchTargetChangedLocked() {
+        _workerGeneration &+= 1
+        _idleWorkers = 0
+    }
+
     /// A worker: claims a job, runs it, and keeps taking the next ready job itself until there is
-    /// none it may start. Dispatched by `_Actions.perform()`.
-    func _runWorker() {
+    /// none it may start, or until its generation is retired. Dispatched by `_Actions.perform()`.
+    func _runWorker(generation: UInt64) {
         var actions = _Actions()
         engineLock.lock()
+        guard generation == _workerGeneration else {
+            engineLock.unlock()
+            return
+        }
         _idleWorkers -= 1
         var next = _claimNextLocked(&actions)
         engineLock.unlock()
@@ -161,7 +171,12 @@ extension JobQueue {
             if job.finishesWhenExecuteReturns {
                 job._finishLocked(&actions)
             }
-            next = _claimNextLocked(&actions)
+            if generation == _workerGeneration {
+                next = _claimNextLocked(&actions)
+            } else {
+                next = nil
+                actions.touch(self)  // retired: workers on the new target take over
+            }
             actions.planWorkersLocked()
             engineLock.unlock()
             actions.perform()

@@ -50,6 +50,9 @@ public final class JobQueue: @unchecked Sendable {
     var _executing = 0
     /// Workers dispatched that have not yet claimed their first job.
     var _idleWorkers = 0
+    /// Bumped when the workers' dispatch target changes. Workers of an older generation neither
+    /// count as idle nor take jobs, so a change takes effect even if the old target is busy.
+    var _workerGeneration: UInt64 = 0
     var _ready = _ReadyQueue()
     /// Jobs counted by the current barrier epoch (not held behind a barrier) and not yet finished.
     var _activeUnfinished = 0
@@ -122,15 +125,28 @@ public final class JobQueue: @unchecked Sendable {
     /// The quality of service of the queue's workers when no ``underlyingQueue`` is set.
     public var qualityOfService: DispatchQoS.QoSClass {
         get { engineLock.withLock { _qualityOfService } }
-        set { engineLock.withLock { _qualityOfService = newValue } }
+        set {
+            _update { queue in
+                queue._qualityOfService = newValue
+                queue._dispatchTargetChangedLocked()
+            }
+        }
     }
 
     /// The Dispatch queue the workers run on; `nil` (the default) uses a global queue of
     /// ``qualityOfService``. The queue's limit still applies on a concurrent underlying queue; a
-    /// serial one runs one job at a time whatever the limit. Takes effect for workers started afterwards.
+    /// serial one runs one job at a time whatever the limit.
+    ///
+    /// A change takes effect at once for jobs not yet started: workers already sent to the old
+    /// queue take no further job, even if the old queue is busy. Jobs already running finish where they are.
     public var underlyingQueue: DispatchQueue? {
         get { engineLock.withLock { _underlyingQueue } }
-        set { engineLock.withLock { _underlyingQueue = newValue } }
+        set {
+            _update { queue in
+                queue._underlyingQueue = newValue
+                queue._dispatchTargetChangedLocked()
+            }
+        }
     }
 
     /// The queue whose worker is running the calling code: inside a job's work (including a

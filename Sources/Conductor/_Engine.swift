@@ -43,7 +43,7 @@ struct _Actions {
     /// Further queues whose ready work or capacity changed.
     private var moreTouchedQueues: [JobQueue] = []
     /// Worker starts decided by `planWorkersLocked()`.
-    private var workerStarts: [(target: DispatchQueue, queue: JobQueue, count: Int)] = []
+    private var workerStarts: [(target: DispatchQueue, queue: JobQueue, generation: UInt64, count: Int)] = []
     /// Jobs whose event delivery this thread must run, because it posted into an idle delivery.
     var deliveries: [Job] = []
     /// Waiters to wake.
@@ -100,7 +100,7 @@ struct _Actions {
         #endif
         let count = queue._workersToStartLocked()
         if count > 0 {
-            workerStarts.append((queue._dispatchTargetLocked, queue, count))
+            workerStarts.append((queue._dispatchTargetLocked, queue, queue._workerGeneration, count))
         }
     }
 
@@ -109,7 +109,8 @@ struct _Actions {
         for start in workerStarts {
             for _ in 0..<start.count {
                 let queue = start.queue
-                start.target.async { queue._runWorker() }
+                let generation = start.generation
+                start.target.async { queue._runWorker(generation: generation) }
             }
         }
         for job in deliveries {

@@ -1,0 +1,376 @@
+import Conductor
+import Dispatch
+import Synchronization
+import Testing
+
+// Programming errors trap (each checked in its own exit test, whose closure captures nothing), and a
+// few look-alikes are harmless. Where the trap message is observable, the test also checks that it
+// names the job (or the bad value), so that a crash for an unrelated reason does not pass.
+
+// MARK: - Helpers
+
+/// A job that waits for itself from inside its own work.
+private final class SelfWaitingJob: Job, @unchecked Sendable {
+    override func execute() { waitUntilFinished() }
+}
+
+/// A job that starts itself from inside its own work.
+private final class SelfStartingJob: Job, @unchecked Sendable {
+    override func execute() { start() }
+}
+
+/// A job that adds itself to a queue from inside its own work (it is executing, started with start()).
+private final class SelfAddingJob: Job, @unchecked Sendable {
+    override func execute() { JobQueue(name: "misuse-executing-target").addJob(self) }
+}
+
+/// Lets a BlockJob's block reach the job itself.
+private final class BlockJobBox: @unchecked Sendable {
+    var job: BlockJob?
+}
+
+private func stderrText(_ result: ExitTest.Result?) -> String {
+    String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+}
+
+/// Suspends until `semaphore` has been signalled `count` times, blocking a fresh serial-queue
+/// thread (never one of the two cooperative-pool threads).
+private func waitForSignals(_ semaphore: DispatchSemaphore, count: Int = 1) async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        DispatchQueue(label: "MisuseTests.waiter").async {
+            for _ in 0..<count { semaphore.wait() }
+            continuation.resume()
+        }
+    }
+}
+
+/// Runs `body` on a fresh serial-queue thread (it may block) and suspends until it returns.
+private func runOffPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { (continuation: CheckedContinuation<T, Never>) in
+        DispatchQueue(label: "MisuseTests.offPool").async {
+            continuation.resume(returning: body())
+        }
+    }
+}
+
+/// Returns once every block submitted to the concurrent `queue` before this call has completed.
+private func drain(_ queue: DispatchQueue) async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        queue.async(flags: .barrier) { continuation.resume() }
+    }
+}
+
+private final class Tally: Sendable {
+    private let value = Atomic<Int>(0)
+    func increment() { value.add(1, ordering: .sequentiallyConsistent) }
+    var count: Int { value.load(ordering: .sequentiallyConsistent) }
+}
+
+// MARK: - Tests
+
+@Suite struct MisuseTests {
+
+    // MARK: Adding jobs
+
+    @Test func addingAJobTwiceToTheSameQueueTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "misuse-same-queue", maxConcurrentJobCount: 0)
+            let job = BlockJob {}
+            job.name = "job-added-twice"
+            queue.addJob(job)
+            queue.addJob(job)
+        }
+        #expect(stderrText(result).contains("job-added-twice"))
+    }
+
+    @Test func addingAJobTwiceInOneBatchTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "misuse-batch", maxConcurrentJobCount: 0)
+            let job = BlockJob {}
+            job.name = "job-twice-in-batch"
+            queue.addJobs([job, job], waitUntilFinished: false)
+        }
+        #expect(stderrText(result).contains("job-twice-in-batch"))
+    }
+
+    @Test func addingAJobToTwoQueuesTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let first = JobQueue(name: "misuse-first", maxConcurrentJobCount: 0)
+            let second = JobQueue(name: "misuse-second")
+            let job = BlockJob {}
+            job.name = "job-on-two-queues"
+            first.addJob(job)
+            second.addJob(job)
+        }
+        #expect(stderrText(result).contains("job-on-two-queues"))
+    }
+
+    @Test func addingAJobThatRanTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "misuse-ran")
+            let job = BlockJob {}
+            job.name = "job-that-ran"
+            job.start()
+            queue.addJob(job)
+        }
+        #expect(stderrText(result).contains("job-that-ran"))
+    }
+
+    @Test func addingAJobThatRanOnAnotherQueueTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let first = JobQueue(name: "misuse-ran-first")
+            let job = BlockJob {}
+            job.name = "job-that-ran-on-a-queue"
+            first.addJob(job)
+            await first.waitUntilAllJobsAreFinished()
+            JobQueue(name: "misuse-ran-second").addJob(job)
+        }
+        #expect(stderrText(result).contains("job-that-ran-on-a-queue"))
+    }
+
+    @Test func addingAnExecutingJobTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = SelfAddingJob()
+            job.name = "job-adding-itself"
+            job.start()
+        }
+        #expect(stderrText(result).contains("job-adding-itself"))
+    }
+
+    // MARK: The limit
+
+    @Test func negativeLimitInInitTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = JobQueue(name: "misuse-init", maxConcurrentJobCount: -2)
+        }
+        #expect(stderrText(result).contains("-2"))
+    }
+
+    @Test func negativeLimitInSetterTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "misuse-setter")
+            queue.maxConcurrentJobCount = -2
+        }
+        #expect(stderrText(result).contains("-2"))
+    }
+
+    // MARK: Blocks and start()
+
+    @Test func addExecutionBlockAfterStartTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "block-job-already-run"
+            job.start()
+            job.addExecutionBlock {}
+        }
+        #expect(stderrText(result).contains("block-job-already-run"))
+    }
+
+    @Test func addExecutionBlockWhileExecutingTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let box = BlockJobBox()
+            let job = BlockJob { box.job?.addExecutionBlock {} }
+            job.name = "block-job-running"
+            box.job = job
+            job.start()
+        }
+        #expect(stderrText(result).contains("block-job-running"))
+    }
+
+    @Test func startOnAPendingJobTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let dependency = BlockJob {}
+            let job = BlockJob {}
+            job.name = "pending-job"
+            try? job.addDependency(dependency)
+            job.start()
+        }
+        #expect(stderrText(result).contains("pending-job"))
+    }
+
+    @Test func startOnAFinishedJobTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "finished-job"
+            job.start()
+            job.start()
+        }
+        #expect(stderrText(result).contains("finished-job"))
+    }
+
+    @Test func startOnAnExecutingJobTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = SelfStartingJob()
+            job.name = "self-starting-job"
+            job.start()
+        }
+        #expect(stderrText(result).contains("self-starting-job"))
+    }
+
+    @Test func startOnAQueuedJobTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "misuse-queued", maxConcurrentJobCount: 0)
+            let job = BlockJob {}
+            job.name = "queued-job"
+            queue.addJob(job)
+            job.start()
+        }
+        #expect(stderrText(result).contains("queued-job"))
+    }
+
+    // MARK: Waiting for oneself
+
+    @Test func waitUntilFinishedFromOwnExecuteTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = SelfWaitingJob()
+            job.name = "self-waiting-job"
+            job.start()
+        }
+        #expect(stderrText(result).contains("self-waiting-job"))
+    }
+
+    @Test func waitUntilFinishedFromOwnExecuteOnAQueueTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "misuse-self-wait")
+            let job = SelfWaitingJob()
+            job.name = "self-waiting-queued-job"
+            queue.addJob(job)
+            await queue.waitUntilAllJobsAreFinished()
+        }
+        #expect(stderrText(result).contains("self-waiting-queued-job"))
+    }
+
+    @Test func waitingForAllJobsFromAJobOnTheSameQueueTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "queue-waiting-for-itself")
+            queue.addJob { queue.waitUntilAllJobsAreFinished() }
+            await queue.waitUntilAllJobsAreFinished()
+        }
+        #expect(stderrText(result).contains("queue-waiting-for-itself"))
+    }
+
+    // MARK: Harmless look-alikes
+
+    @Test func exitTestsOfHarmlessCallsSucceed() async {
+        // Control for the exit tests above: the same kind of child process exits normally when
+        // nothing traps, and limit -1 (the default) is accepted by init and setter.
+        await #expect(processExitsWith: .success) {
+            let queue = JobQueue(name: "harmless", maxConcurrentJobCount: -1)
+            queue.maxConcurrentJobCount = 0
+            queue.maxConcurrentJobCount = JobQueue.defaultMaxConcurrentJobCount
+            let job = BlockJob {}
+            queue.addJob(job)
+            await queue.waitUntilAllJobsAreFinished()
+        }
+    }
+
+    @Test func limitMinusOneIsAcceptedAndMeansTheDefaultWidth() async {
+        #expect(JobQueue.defaultMaxConcurrentJobCount == -1)
+        #expect(JobQueue.systemDefaultWidth >= 64)
+        let queue = JobQueue(name: "minus-one", maxConcurrentJobCount: -1)
+        #expect(queue.maxConcurrentJobCount == -1)
+        #expect(JobQueue().maxConcurrentJobCount == -1)
+        queue.maxConcurrentJobCount = 1
+        queue.maxConcurrentJobCount = -1
+        #expect(queue.maxConcurrentJobCount == -1)
+
+        // Not a limit of 0 or 1: two blocking jobs run at once (on `.utility` workers, so that they
+        // do not hold the default-QoS threads Swift concurrency runs on).
+        queue.qualityOfService = .utility
+        let started = DispatchSemaphore(value: 0)
+        let gate = DispatchSemaphore(value: 0)
+        for _ in 0..<2 {
+            queue.addJob {
+                started.signal()
+                gate.wait()
+            }
+        }
+        await waitForSignals(started, count: 2)
+        #expect(queue.jobCount == 2)
+        gate.signal()
+        gate.signal()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(queue.jobCount == 0)
+    }
+
+    @Test func addingACancelledJobDoesNothing() async {
+        let queue = JobQueue(name: "cancelled-add")
+        let other = JobQueue(name: "cancelled-add-other")
+        let ran = Tally()
+        let job = BlockJob { ran.increment() }
+        job.cancel()
+        #expect(job.isFinished && job.isCancelled)
+        queue.addJob(job)
+        #expect(queue.jobCount == 0)
+        #expect(queue.jobs.isEmpty)
+        other.addJob(job)  // no queue owns it, so a second queue may be given it too
+        #expect(other.jobCount == 0)
+        await queue.waitUntilAllJobsAreFinished()
+        let returned = await runOffPool {
+            other.addJobs([job], waitUntilFinished: true)
+            return true
+        }
+        #expect(returned)
+        #expect(ran.count == 0)
+        #expect(job.isFinished && job.isCancelled)
+
+        // start() on a cancelled job is a no-op too.
+        job.start()
+        #expect(ran.count == 0)
+    }
+
+    @Test func finishTwiceIsHarmless() async throws {
+        let workers = DispatchQueue(label: "MisuseTests.finish-twice", qos: .utility, attributes: .concurrent)
+        let queue = JobQueue(name: "finish-twice", maxConcurrentJobCount: 1)
+        queue.underlyingQueue = workers
+        let dependentRuns = Tally()
+        let twice = AsyncBlockJob { job in
+            job.finish()
+            job.finish()
+        }
+        let dependent = BlockJob { dependentRuns.increment() }
+        try dependent.addDependency(twice)
+        let started = DispatchSemaphore(value: 0)
+        let holder = AsyncBlockJob { _ in started.signal() }
+        let sawHolderFinished = Tally()
+        let last = BlockJob { if holder.isFinished { sawHolderFinished.increment() } }
+
+        queue.addJob(twice)
+        queue.addJob(dependent)
+        queue.addJob(holder)
+        queue.addJob(last)
+        await twice.waitUntilFinished()
+        await waitForSignals(started)
+        await drain(workers)
+        // Had the second finish() freed a second slot, `last` would have started next to `holder`.
+        #expect(holder.isExecuting)
+        #expect(last.state == .ready)
+
+        holder.finish()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(dependentRuns.count == 1)
+        #expect(sawHolderFinished.count == 1)
+
+        // After the job finished, more calls change nothing.
+        twice.finish()
+        holder.finish()
+        #expect(twice.isFinished && !twice.isCancelled)
+        #expect(queue.jobCount == 0)
+    }
+
+    @Test func finishBeforeStartIsIgnored() async {
+        let queue = JobQueue(name: "finish-early")
+        let ran = Tally()
+        let job = AsyncBlockJob { job in
+            ran.increment()
+            job.finish()
+        }
+        job.finish()
+        #expect(job.state == .ready)
+        #expect(!job.isFinished)
+        queue.addJob(job)
+        await job.waitUntilFinished()
+        #expect(ran.count == 1)
+        #expect(job.isFinished && !job.isCancelled)
+    }
+}
