@@ -16,53 +16,6 @@ import Testing
 
 // MARK: - Helpers (private to this file)
 
-/// A thread-safe, append-only log.
-private final class Log<Element: Sendable>: @unchecked Sendable {
-    private let lock = DispatchQueue(label: "AsynchronousJobTests.Log")
-    private var storage: [Element] = []  // guarded by `lock`
-
-    func append(_ element: Element) { lock.sync { storage.append(element) } }
-    var values: [Element] { lock.sync { storage } }
-}
-
-/// A thread-safe counter.
-private final class Counter: Sendable {
-    private let storage = Atomic<Int>(0)
-
-    @discardableResult
-    func increment() -> Int { storage.add(1, ordering: .sequentiallyConsistent).newValue }
-    var value: Int { storage.load(ordering: .sequentiallyConsistent) }
-}
-
-/// Tracks how many jobs are in flight and the most there ever were.
-private final class InFlight: Sendable {
-    private let current = Atomic<Int>(0)
-    private let peak = Atomic<Int>(0)
-
-    func begin() {
-        let now = current.add(1, ordering: .sequentiallyConsistent).newValue
-        peak.max(now, ordering: .sequentiallyConsistent)
-    }
-
-    func end() { current.subtract(1, ordering: .sequentiallyConsistent) }
-    var now: Int { current.load(ordering: .sequentiallyConsistent) }
-    var maximum: Int { peak.load(ordering: .sequentiallyConsistent) }
-}
-
-/// A one-shot signal a job body (on any thread) gives and the test awaits without blocking.
-private struct Signal: Sendable {
-    private let stream: AsyncStream<Void>
-    private let continuation: AsyncStream<Void>.Continuation
-
-    init() { (stream, continuation) = AsyncStream<Void>.makeStream() }
-
-    func fire() { continuation.yield() }
-
-    func wait() async {
-        for await _ in stream { return }
-    }
-}
-
 /// Suspends until `queue` has run every block submitted to it so far (for a serial queue: until
 /// the block running now, such as a queue worker, has returned).
 private func drain(_ queue: DispatchQueue) async {
@@ -134,11 +87,11 @@ struct AsynchronousJobTests {
         var jobs: [AsyncBlockJob] = []
         for index in 0..<10 {
             let job = AsyncBlockJob { job in
-                inFlight.begin()
+                inFlight.enter()
                 starts.append(index)
                 completionQueue.async {
                     finishes.append(index)
-                    inFlight.end()
+                    inFlight.leave()
                     job.finish()
                 }
             }
@@ -171,12 +124,12 @@ struct AsynchronousJobTests {
         for _ in 0..<total {
             jobs.append(
                 AsyncBlockJob { job in
-                    inFlight.begin()
+                    inFlight.enter()
                     runs.increment()
                     guard let batch = batcher.add(job) else { return }
                     completions.async {
                         for job in batch {
-                            inFlight.end()
+                            inFlight.leave()
                             job.finish()
                         }
                     }

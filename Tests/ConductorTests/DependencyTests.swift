@@ -9,24 +9,6 @@ import Testing
 
 // MARK: - Helpers (private to this file)
 
-/// A thread-safe, append-only log.
-private final class Log<Element: Sendable>: @unchecked Sendable {
-    private let lock = DispatchQueue(label: "DependencyTests.Log")
-    private var storage: [Element] = []  // guarded by `lock`
-
-    func append(_ element: Element) { lock.sync { storage.append(element) } }
-    var values: [Element] { lock.sync { storage } }
-}
-
-/// A thread-safe counter.
-private final class Counter: Sendable {
-    private let storage = Atomic<Int>(0)
-
-    @discardableResult
-    func increment() -> Int { storage.add(1, ordering: .sequentiallyConsistent).newValue }
-    var value: Int { storage.load(ordering: .sequentiallyConsistent) }
-}
-
 /// A synchronous job that checks, when it runs, that the jobs it must follow have finished.
 private final class CheckedJob: Job, @unchecked Sendable {
     /// Set before the job is enqueued or started; read by execute() (ordered by the engine's lock).

@@ -72,47 +72,6 @@ private func blockingQueue(_ name: String, limit: Int = JobQueue.defaultMaxConcu
     return queue
 }
 
-/// A thread-safe append-only log.
-private final class Log<Element: Sendable>: Sendable {
-    private let storage = Mutex<[Element]>([])
-    func append(_ element: Element) { storage.withLock { $0.append(element) } }
-    var items: [Element] { storage.withLock { $0 } }
-    var count: Int { storage.withLock { $0.count } }
-}
-
-/// Counts jobs in flight and remembers the peak.
-private final class InFlight: Sendable {
-    private let current = Atomic<Int>(0)
-    private let peak = Atomic<Int>(0)
-    private let total = Atomic<Int>(0)
-
-    func enter() {
-        let now = current.add(1, ordering: .sequentiallyConsistent).newValue
-        peak.max(now, ordering: .sequentiallyConsistent)
-        total.add(1, ordering: .sequentiallyConsistent)
-    }
-
-    func leave() { current.subtract(1, ordering: .sequentiallyConsistent) }
-
-    var now: Int { current.load(ordering: .sequentiallyConsistent) }
-    var max: Int { peak.load(ordering: .sequentiallyConsistent) }
-    var starts: Int { total.load(ordering: .sequentiallyConsistent) }
-}
-
-/// A boolean flag shared with job bodies.
-private final class Flag: Sendable {
-    private let value = Atomic<Bool>(false)
-    func set(_ newValue: Bool = true) { value.store(newValue, ordering: .sequentiallyConsistent) }
-    var isSet: Bool { value.load(ordering: .sequentiallyConsistent) }
-}
-
-/// A counter shared with job bodies.
-private final class Counter: Sendable {
-    private let value = Atomic<Int>(0)
-    func increment() { value.add(1, ordering: .sequentiallyConsistent) }
-    var count: Int { value.load(ordering: .sequentiallyConsistent) }
-}
-
 /// A synchronous job that signals `started`, blocks until `gate` is opened, then records whether
 /// it had been cancelled meanwhile. Blocks a Dispatch thread while gated.
 private final class GatedJob: Job, @unchecked Sendable {
@@ -140,7 +99,9 @@ private final class GatedJob: Job, @unchecked Sendable {
 
 /// An asynchronous job that signals `started` and then holds its slot, without holding a thread,
 /// until the test calls `finish()`.
-private func makeHolder(_ started: DispatchSemaphore, tracker: InFlight? = nil, log: Log<String>? = nil, name: String = "holder") -> AsyncBlockJob {
+private func makeHolder(
+    _ started: DispatchSemaphore, tracker: InFlight? = nil, log: Log<String>? = nil, name: String = "holder"
+) -> AsyncBlockJob {
     AsyncBlockJob { _ in
         tracker?.enter()
         log?.append(name)
@@ -185,7 +146,7 @@ private let specificKey = DispatchSpecificKey<String>()
         }
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
-        #expect(log.items == ["vh1", "vh2", "h1", "h2", "n1", "n2", "n3", "l1", "l2", "vl1", "vl2"])
+        #expect(log.values == ["vh1", "vh2", "h1", "h2", "n1", "n2", "n3", "l1", "l2", "vl1", "vl2"])
     }
 
     @Test func changingPriorityOfAQueuedJobTakesEffect() async {
@@ -199,17 +160,17 @@ private let specificKey = DispatchSpecificKey<String>()
         let e = recordingJob("e", log, priority: .low)
         for job in [a, b, c, d, e] { queue.addJob(job) }
 
-        b.queuePriority = .high      // jumps ahead of everything
-        d.queuePriority = .low       // back of the low level: after e
-        c.queuePriority = .normal    // unchanged: keeps its place
-        a.queuePriority = .veryLow   // down and back up: now at the back of normal, after c
+        b.queuePriority = .high  // jumps ahead of everything
+        d.queuePriority = .low  // back of the low level: after e
+        c.queuePriority = .normal  // unchanged: keeps its place
+        a.queuePriority = .veryLow  // down and back up: now at the back of normal, after c
         a.queuePriority = .normal
         #expect(b.queuePriority == .high)
         #expect(d.queuePriority == .low)
 
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
-        #expect(log.items == ["b", "c", "a", "e", "d"])
+        #expect(log.values == ["b", "c", "a", "e", "d"])
     }
 
     @Test func fifoFollowsTheOrderJobsBecameReady() async throws {
@@ -219,7 +180,7 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.isSuspended = true
         let log = Log<String>()
         let blocker = recordingJob("blocker", log)
-        let late = recordingJob("late", log)        // added first, but ready only later
+        let late = recordingJob("late", log)  // added first, but ready only later
         try late.addDependency(blocker)
         let early = recordingJob("early", log)
         queue.addJob(late)
@@ -230,7 +191,7 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(late.isReady)
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
-        #expect(log.items == ["blocker", "early", "late"])
+        #expect(log.values == ["blocker", "early", "late"])
     }
 
     // MARK: The concurrency limit
@@ -260,7 +221,7 @@ private let specificKey = DispatchSpecificKey<String>()
         gate.signal()
         await queue.waitUntilAllJobsAreFinished()
         #expect(tracker.starts == total)
-        #expect(tracker.max == 2)
+        #expect(tracker.maximum == 2)
     }
 
     @Test func limitIsExactForAsynchronousJobs() async {
@@ -272,31 +233,32 @@ private let specificKey = DispatchSpecificKey<String>()
         let startedJobs = Log<AsyncBlockJob>()
         let total = 10
         for _ in 0..<total {
-            queue.addJob(AsyncBlockJob { job in
-                tracker.enter()
-                startedJobs.append(job)
-                started.signal()
-            })
+            queue.addJob(
+                AsyncBlockJob { job in
+                    tracker.enter()
+                    startedJobs.append(job)
+                    started.signal()
+                })
         }
         await waitFor(started, count: 3)
         await flush(workers)
         // execute() has returned for all three, yet they hold their slots until finish().
         #expect(startedJobs.count == 3)
         for finished in 0..<(total - 3) {
-            let job = startedJobs.items[finished]
+            let job = startedJobs.values[finished]
             tracker.leave()
             job.finish()
             await waitFor(started)
             await flush(workers)
             #expect(startedJobs.count == 3 + finished + 1)
         }
-        for job in startedJobs.items[(total - 3)...] {
+        for job in startedJobs.values[(total - 3)...] {
             tracker.leave()
             job.finish()
         }
         await queue.waitUntilAllJobsAreFinished()
         #expect(tracker.starts == total)
-        #expect(tracker.max == 3)
+        #expect(tracker.maximum == 3)
     }
 
     @Test func asynchronousJobHoldsItsSlotUntilFinish() async {
@@ -315,7 +277,7 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(next.state == .ready)
         holder.finish()
         await next.waitUntilFinished()
-        #expect(sawHolderFinished.isSet)
+        #expect(sawHolderFinished.value)
     }
 
     @Test func raisingTheLimitStartsWaitingJobsAtOnce() async {
@@ -334,7 +296,7 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(queue.maxConcurrentJobCount == 2)
         // If raising the limit did not start the waiting job, this would never return.
         await waitFor(secondStarted)
-        #expect(firstWasRunning.isSet)
+        #expect(firstWasRunning.value)
         #expect(first.isExecuting)
         first.open()
         await queue.waitUntilAllJobsAreFinished()
@@ -363,8 +325,8 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(third.state == .ready)
         second.open()
         await queue.waitUntilAllJobsAreFinished()
-        #expect(sawSecondFinished.isSet)
-        #expect(log.items == ["third"])
+        #expect(sawSecondFinished.value)
+        #expect(log.values == ["third"])
     }
 
     @Test func loweringTheLimitWithAsynchronousJobs() async {
@@ -375,7 +337,11 @@ private let specificKey = DispatchSpecificKey<String>()
         let started = DispatchSemaphore(value: 0)
         let holders = (0..<3).map { _ in makeHolder(started, tracker: tracker) }
         let after = InFlight()
-        let waiting = (0..<3).map { _ in BlockJob { after.enter(); after.leave() } }
+        let waiting = (0..<3).map { _ in
+            BlockJob {
+                after.enter(); after.leave()
+            }
+        }
         for job in holders { queue.addJob(job) }
         for job in waiting { queue.addJob(job) }
         await waitFor(started, count: 3)
@@ -395,8 +361,8 @@ private let specificKey = DispatchSpecificKey<String>()
         holders[2].finish()
         await queue.waitUntilAllJobsAreFinished()
         #expect(after.starts == 3)
-        #expect(after.max == 1)
-        #expect(tracker.max == 3)
+        #expect(after.maximum == 1)
+        #expect(tracker.maximum == 3)
     }
 
     @Test func limitZeroStartsNothingUntilRaised() async {
@@ -413,7 +379,7 @@ private let specificKey = DispatchSpecificKey<String>()
 
         queue.maxConcurrentJobCount = 1
         await queue.waitUntilAllJobsAreFinished()
-        #expect(log.items == ["a", "b", "c"])
+        #expect(log.values == ["a", "b", "c"])
 
         // Setting 0 while a job runs: it goes on, but nothing new starts.
         let started = DispatchSemaphore(value: 0)
@@ -429,7 +395,7 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(next.state == .ready)
         queue.maxConcurrentJobCount = 2
         await queue.waitUntilAllJobsAreFinished()
-        #expect(log.items == ["a", "b", "c", "next"])
+        #expect(log.values == ["a", "b", "c", "next"])
     }
 
     // MARK: Batches
@@ -453,7 +419,7 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(log.count == 0)
         holder.finish()
         await queue.waitUntilAllJobsAreFinished()
-        #expect(log.items == ["vh", "h", "n1", "n2", "low", "vl"])
+        #expect(log.values == ["vh", "h", "n1", "n2", "low", "vl"])
     }
 
     @Test func addJobsIsAtomicOnAnIdleQueue() async {
@@ -478,10 +444,10 @@ private let specificKey = DispatchSpecificKey<String>()
 
         queue.addJobs(batch, waitUntilFinished: false)
         await queue.waitUntilAllJobsAreFinished()
-        #expect(lastWasAdmitted.items == [true])
+        #expect(lastWasAdmitted.values == [true])
         // Scheduling part: a job-by-job addition would usually have let a worker start one of the
         // low-priority jobs before the high-priority ones arrived.
-        let items = log.items
+        let items = log.values
         #expect(items.count == 202)
         #expect(Array(items.prefix(3)) == ["vh", "h", "low0"])
     }
@@ -503,16 +469,16 @@ private let specificKey = DispatchSpecificKey<String>()
         async let observedAtReturn: (allFinished: Bool, completions: Int) = offPool {
             queue.addJobs(batch, waitUntilFinished: true)
             returned.set()
-            return (batch.allSatisfy { $0.isFinished }, completions.count)
+            return (batch.allSatisfy { $0.isFinished }, completions.value)
         }
         await waitFor(started)
         // The first job is blocked on the gate, so the call cannot have returned.
-        #expect(!returned.isSet)
+        #expect(!returned.value)
         for _ in batch { gate.signal() }
         let result = await observedAtReturn
         #expect(result.allFinished)
         #expect(result.completions == batch.count)
-        #expect(returned.isSet)
+        #expect(returned.value)
     }
 
     // MARK: Suspension
@@ -554,7 +520,7 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
         #expect(log.count == 2)
-        #expect(Set(log.items) == ["a", "b"])  // the queue is wide: any order
+        #expect(Set(log.values) == ["a", "b"])  // the queue is wide: any order
     }
 
     // MARK: Barriers
@@ -601,11 +567,11 @@ private let specificKey = DispatchSpecificKey<String>()
             barrierDone.set()
         }
         let late1 = BlockJob {
-            if inBarrier.isSet || !barrierDone.isSet { violations.append("late1 ran before the barrier finished") }
+            if inBarrier.value || !barrierDone.value { violations.append("late1 ran before the barrier finished") }
             log.append("late1")
         }
         let late2 = AsyncBlockJob { job in
-            if inBarrier.isSet || !barrierDone.isSet { violations.append("late2 ran before the barrier finished") }
+            if inBarrier.value || !barrierDone.value { violations.append("late2 ran before the barrier finished") }
             log.append("late2")
             job.finish()
         }
@@ -613,14 +579,14 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.addJob(late2)
 
         await flush(workers)
-        #expect(!log.items.contains("barrier"))
+        #expect(!log.values.contains("barrier"))
         #expect(late1.state == .ready && late2.state == .ready)
 
         tracker.leave()
         holderA.finish()
         await flush(workers)
         // holderB (asynchronous) still runs: the barrier must keep waiting.
-        #expect(!log.items.contains("barrier"))
+        #expect(!log.values.contains("barrier"))
         #expect(late1.state == .ready && late2.state == .ready)
 
         tracker.leave()
@@ -630,8 +596,8 @@ private let specificKey = DispatchSpecificKey<String>()
         barrierGate.signal()
         await queue.waitUntilAllJobsAreFinished()
 
-        #expect(violations.items == [])
-        let items = log.items
+        #expect(violations.values == [])
+        let items = log.values
         #expect(items.count == 6)
         #expect(Set(items.prefix(3)) == ["early", "holderA", "holderB"])
         #expect(items[3] == "barrier")
@@ -656,11 +622,11 @@ private let specificKey = DispatchSpecificKey<String>()
 
         await waitFor(started)
         await flush(workers)
-        #expect(Set(log.items) == ["j1a", "j1b"])
+        #expect(Set(log.values) == ["j1a", "j1b"])
         holder.finish()
         await queue.waitUntilAllJobsAreFinished()
 
-        let items = log.items
+        let items = log.values
         #expect(items.count == 8)
         func position(_ name: String) -> Int { items.firstIndex(of: name) ?? -1 }
         #expect(max(position("j1a"), position("j1b")) < position("b1"))
@@ -678,12 +644,12 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.addBarrierBlock { log.append("barrier") }
         await flush(workers)
         // Checked before waiting, so that a barrier that never runs fails instead of hanging.
-        try #require(log.items == ["barrier"])
+        try #require(log.values == ["barrier"])
         await queue.waitUntilAllJobsAreFinished()
         queue.addJob(recordingJob("after", log))
         queue.addBarrierBlock { log.append("barrier2") }
         await queue.waitUntilAllJobsAreFinished()
-        #expect(log.items == ["barrier", "after", "barrier2"])
+        #expect(log.values == ["barrier", "after", "barrier2"])
     }
 
     @Test func barrierRespectsSuspension() async {
@@ -700,7 +666,7 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(log.count == 0)
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
-        #expect(log.items == ["b1", "j1"])
+        #expect(log.values == ["b1", "j1"])
 
         // Suspended while the barrier waits for an earlier job.
         let started = DispatchSemaphore(value: 0)
@@ -713,10 +679,10 @@ private let specificKey = DispatchSpecificKey<String>()
         holder.finish()
         await holder.waitUntilFinished()
         await flush(workers)
-        #expect(log.items == ["b1", "j1"])
+        #expect(log.values == ["b1", "j1"])
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
-        #expect(log.items == ["b1", "j1", "b2", "j2"])
+        #expect(log.values == ["b1", "j1", "b2", "j2"])
     }
 
     @Test func cancelledBarrierKeepsItsPlace() async {
@@ -741,8 +707,8 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(later.state == .ready)
         holder.finish()
         await queue.waitUntilAllJobsAreFinished()
-        #expect(log.items == ["later"])
-        #expect(sawHolderFinished.isSet)
+        #expect(log.values == ["later"])
+        #expect(sawHolderFinished.value)
     }
 
     // MARK: Cancellation
@@ -752,7 +718,9 @@ private let specificKey = DispatchSpecificKey<String>()
         let running = GatedJob()
         let ran = Counter()
         let plain = BlockJob { ran.increment() }
-        let asynchronous = AsyncBlockJob { job in ran.increment(); job.finish() }
+        let asynchronous = AsyncBlockJob { job in
+            ran.increment(); job.finish()
+        }
         let pending = BlockJob { ran.increment() }
         try pending.addDependency(plain)
         let events = Log<JobEvent>()
@@ -785,10 +753,10 @@ private let specificKey = DispatchSpecificKey<String>()
         await queue.waitUntilAllJobsAreFinished()
         #expect(running.sawCancelled)
         #expect(running.isFinished)
-        #expect(ran.count == 1)  // only `after`
+        #expect(ran.value == 1)  // only `after`
         #expect(after.isFinished && !after.isCancelled)
-        #expect(events.items == [.ready, .cancelled, .finished])
-        #expect(completed.count == 1)
+        #expect(events.values == [.ready, .cancelled, .finished])
+        #expect(completed.value == 1)
     }
 
     // MARK: Context
@@ -799,18 +767,20 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(JobQueue.current == nil)
         let seen = Log<String>()
         queue.addJob { seen.append(isSameQueue(JobQueue.current, queue) ? "block" : "block:wrong") }
-        queue.addJob(AsyncBlockJob { job in
-            seen.append(isSameQueue(JobQueue.current, queue) ? "async" : "async:wrong")
-            job.finish()
-        })
-        queue.addJob(TaskJob {
-            await Task.yield()
-            seen.append(isSameQueue(JobQueue.current, queue) ? "task" : "task:wrong")
-        })
+        queue.addJob(
+            AsyncBlockJob { job in
+                seen.append(isSameQueue(JobQueue.current, queue) ? "async" : "async:wrong")
+                job.finish()
+            })
+        queue.addJob(
+            TaskJob {
+                await Task.yield()
+                seen.append(isSameQueue(JobQueue.current, queue) ? "task" : "task:wrong")
+            })
         other.addJob { seen.append(isSameQueue(JobQueue.current, other) ? "other" : "other:wrong") }
         await queue.waitUntilAllJobsAreFinished()
         await other.waitUntilAllJobsAreFinished()
-        #expect(Set(seen.items) == ["block", "async", "task", "other"])
+        #expect(Set(seen.values) == ["block", "async", "task", "other"])
         #expect(seen.count == 4)
 
         // Not on a plain Dispatch thread, nor in a job started without a queue.
@@ -819,7 +789,7 @@ private let specificKey = DispatchSpecificKey<String>()
         let inStartedJob = Flag()
         let unqueued = BlockJob { inStartedJob.set(JobQueue.current == nil) }
         unqueued.start()
-        #expect(inStartedJob.isSet)
+        #expect(inStartedJob.value)
         #expect(JobQueue.current == nil)
     }
 
@@ -836,24 +806,27 @@ private let specificKey = DispatchSpecificKey<String>()
         let seenSerial = Log<String>()
         for _ in 0..<5 { onSerial.addJob { seenSerial.append(DispatchQueue.getSpecific(key: specificKey) ?? "none") } }
         await onSerial.waitUntilAllJobsAreFinished()
-        #expect(seenSerial.items == Array(repeating: "serial", count: 5))
+        #expect(seenSerial.values == Array(repeating: "serial", count: 5))
 
         let onConcurrent = JobQueue(name: "underlying-concurrent", maxConcurrentJobCount: 4)
         onConcurrent.underlyingQueue = concurrent
         let seenConcurrent = Log<String>()
-        for _ in 0..<5 { onConcurrent.addJob { seenConcurrent.append(DispatchQueue.getSpecific(key: specificKey) ?? "none") } }
-        onConcurrent.addJob(AsyncBlockJob { job in
-            seenConcurrent.append(DispatchQueue.getSpecific(key: specificKey) ?? "none")
-            job.finish()
-        })
+        for _ in 0..<5 {
+            onConcurrent.addJob { seenConcurrent.append(DispatchQueue.getSpecific(key: specificKey) ?? "none") }
+        }
+        onConcurrent.addJob(
+            AsyncBlockJob { job in
+                seenConcurrent.append(DispatchQueue.getSpecific(key: specificKey) ?? "none")
+                job.finish()
+            })
         await onConcurrent.waitUntilAllJobsAreFinished()
-        #expect(seenConcurrent.items == Array(repeating: "concurrent", count: 6))
+        #expect(seenConcurrent.values == Array(repeating: "concurrent", count: 6))
 
         let onDefault = JobQueue(name: "underlying-default")
         let seenDefault = Log<String>()
         onDefault.addJob { seenDefault.append(DispatchQueue.getSpecific(key: specificKey) ?? "none") }
         await onDefault.waitUntilAllJobsAreFinished()
-        #expect(seenDefault.items == ["none"])
+        #expect(seenDefault.values == ["none"])
     }
 
     /// Workers dispatched to the old underlying queue that have not run yet still count as idle
@@ -892,8 +865,8 @@ private let specificKey = DispatchSpecificKey<String>()
 
         unplug.signal()
         await job.waitUntilFinished()
-        #expect(seen.items == ["new"])
-        #expect(ranEarly.count == 0)
+        #expect(seen.values == ["new"])
+        #expect(ranEarly.value == 0)
     }
 
     // MARK: Lifetime
@@ -923,7 +896,7 @@ private let specificKey = DispatchSpecificKey<String>()
 
         holder.finish()
         for job in tail { await job.waitUntilFinished() }
-        #expect(ran.count == 5)
+        #expect(ran.value == 5)
         // The last references to the queue are the worker blocks on `workers`, which may still be
         // returning after they woke our waiters. A barrier block runs only once every block
         // submitted before it has returned and been released, and no worker can be submitted
@@ -984,7 +957,7 @@ private let specificKey = DispatchSpecificKey<String>()
         // As above: the last references are held by blocks on the two worker queues.
         await flush(parkingWorkers)
         await flush(workers)
-        #expect(log.items == ["blocker", "pending", "barrier", "held"])
+        #expect(log.values == ["blocker", "pending", "barrier", "held"])
         #expect(weakQueue.queue == nil)
         #expect(weakJobs.pending == nil)
         #expect(weakJobs.held == nil)
@@ -1043,7 +1016,7 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(queue.jobCount == 2)
         first.open()
         await first.waitUntilFinished()
-        #expect(inListDuringCallbacks.items == [false, false])
+        #expect(inListDuringCallbacks.values == [false, false])
         #expect(queue.jobs.map(\.id) == [second.id])
         #expect(queue.jobCount == 1)
         await waitFor(second.started)
@@ -1062,7 +1035,7 @@ private let specificKey = DispatchSpecificKey<String>()
             queue.addJob(job)
         }
         await queue.waitUntilAllJobsAreFinished()
-        #expect(ran.count == 500)
+        #expect(ran.value == 500)
         #expect(queue.jobCount == 0)
         #expect(queue.jobs.isEmpty)
     }
@@ -1109,8 +1082,8 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.addJob(parent)
         await queue.waitUntilAllJobsAreFinished()
 
-        #expect(observations.items == ["current: true", "victim cancelled: true", "other finished: true", "limit: 2"])
-        let items = log.items
+        #expect(observations.values == ["current: true", "victim cancelled: true", "other finished: true", "limit: 2"])
+        let items = log.values
         #expect(items.count == 3)
         #expect(Set(items) == ["other", "child1", "child2"])
         #expect((items.firstIndex(of: "child1") ?? 99) < (items.firstIndex(of: "child2") ?? -1))
@@ -1126,7 +1099,7 @@ private let specificKey = DispatchSpecificKey<String>()
         let box = Log<Job>()
         let canceller = BlockJob {
             JobQueue.current?.cancelAllJobs()
-            sawSelfCancelled.set(box.items.first?.isCancelled ?? false)
+            sawSelfCancelled.set(box.values.first?.isCancelled ?? false)
         }
         box.append(canceller)
         queue.isSuspended = true  // so that all jobs are queued before the canceller runs
@@ -1134,8 +1107,8 @@ private let specificKey = DispatchSpecificKey<String>()
         for _ in 0..<5 { queue.addJob { ran.increment() } }
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
-        #expect(sawSelfCancelled.isSet)
-        #expect(ran.count == 0)
+        #expect(sawSelfCancelled.value)
+        #expect(ran.value == 0)
     }
 
     @Test func observersMayUseTheEngine() async throws {
@@ -1192,10 +1165,10 @@ private let specificKey = DispatchSpecificKey<String>()
         await subject.waitUntilFinished()
         await queue.waitUntilAllJobsAreFinished()
 
-        #expect(observations.items == ["other finished: true"])
+        #expect(observations.values == ["other finished: true"])
         #expect(victim.isCancelled && cascade.isCancelled)
         #expect(queue.maxConcurrentJobCount == 3)
-        let items = log.items
+        let items = log.values
         #expect(items.first == "subject")
         #expect(Set(items) == ["subject", "fromStarted", "other", "late1", "late2"])
         #expect((items.firstIndex(of: "late1") ?? 99) < (items.firstIndex(of: "late2") ?? -1))
@@ -1240,12 +1213,12 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.addJob(victim)
         await subject.waitUntilFinished()
         // The completion block has run before waitUntilFinished returned.
-        #expect(observations.items == ["other finished: true"])
+        #expect(observations.values == ["other finished: true"])
         await queue.waitUntilAllJobsAreFinished()
 
         #expect(victim.isFinished && victim.isCancelled)
         #expect(queue.maxConcurrentJobCount == 2)
-        let items = log.items
+        let items = log.values
         #expect(items.count == 4)
         #expect(items.first == "subject")
         #expect(Set(items) == ["subject", "other", "late1", "late2"])

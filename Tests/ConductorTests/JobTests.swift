@@ -14,46 +14,6 @@ import Testing
 
 // MARK: - Helpers (private to this file)
 
-/// A thread-safe, append-only log.
-private final class Log<Element: Sendable>: @unchecked Sendable {
-    private let lock = DispatchQueue(label: "JobTests.Log")
-    private var storage: [Element] = []  // guarded by `lock`
-
-    func append(_ element: Element) { lock.sync { storage.append(element) } }
-    var values: [Element] { lock.sync { storage } }
-}
-
-/// A thread-safe counter.
-private final class Counter: Sendable {
-    private let storage = Atomic<Int>(0)
-
-    @discardableResult
-    func increment() -> Int { storage.add(1, ordering: .sequentiallyConsistent).newValue }
-    var value: Int { storage.load(ordering: .sequentiallyConsistent) }
-}
-
-/// A thread-safe flag.
-private final class Flag: Sendable {
-    private let storage = Atomic<Bool>(false)
-
-    func set(_ value: Bool = true) { storage.store(value, ordering: .sequentiallyConsistent) }
-    var value: Bool { storage.load(ordering: .sequentiallyConsistent) }
-}
-
-/// A one-shot signal a job body (on any thread) gives and the test awaits without blocking.
-private struct Signal: Sendable {
-    private let stream: AsyncStream<Void>
-    private let continuation: AsyncStream<Void>.Continuation
-
-    init() { (stream, continuation) = AsyncStream<Void>.makeStream() }
-
-    func fire() { continuation.yield() }
-
-    func wait() async {
-        for await _ in stream { return }
-    }
-}
-
 /// A synchronous job whose work is a closure that receives the job.
 private final class ClosureJob: Job, @unchecked Sendable {
     private let work: @Sendable (ClosureJob) -> Void
@@ -109,9 +69,9 @@ private func maxInFlight(running count: Int, on queue: JobQueue, worker: Dispatc
     for _ in 0..<count {
         jobs.append(
             AsyncBlockJob { job in
-                inFlightCounter.begin()
+                inFlightCounter.enter()
                 worker.async {
-                    inFlightCounter.end()
+                    inFlightCounter.leave()
                     job.finish()
                 }
             })
@@ -119,20 +79,6 @@ private func maxInFlight(running count: Int, on queue: JobQueue, worker: Dispatc
     queue.addJobs(jobs, waitUntilFinished: false)
     for job in jobs { await job.waitUntilFinished() }
     return inFlightCounter.maximum
-}
-
-/// Tracks how many jobs are in flight and the most there ever were.
-private final class InFlight: Sendable {
-    private let current = Atomic<Int>(0)
-    private let peak = Atomic<Int>(0)
-
-    func begin() {
-        let now = current.add(1, ordering: .sequentiallyConsistent).newValue
-        peak.max(now, ordering: .sequentiallyConsistent)
-    }
-
-    func end() { current.subtract(1, ordering: .sequentiallyConsistent) }
-    var maximum: Int { peak.load(ordering: .sequentiallyConsistent) }
 }
 
 // MARK: - Tests

@@ -74,7 +74,7 @@ struct RandomizedInvariantTests {
 /// where Swift Testing can attribute issues to the running test.
 private final class FailureLog: Sendable {
     let context: String
-    private let state = Mutex<(count: Int, messages: [String])>((0, []))
+    private let state = Locked<(count: Int, messages: [String])>((0, []))
 
     init(context: String) {
         self.context = context
@@ -152,7 +152,7 @@ private final class JobProbe: Sendable {
     let delivering = Atomic<Int>(0)
     /// The dependencies the engine accepted for this job, appended only after `addDependency` returned.
     /// Weak, so that the test does not keep finished jobs alive (a freed dependency had finished).
-    let dependencies = Mutex<[WeakJob]>([])
+    let dependencies = Locked<[WeakJob]>([])
 
     init(index: Int, kind: Kind, queue: QueueProbe, finishTwice: Bool, log: FailureLog) {
         self.index = index
@@ -339,7 +339,7 @@ private final class StressRun: Sendable {
     /// Weak references to every job, for the mutators and the final checks.
     let weakJobs: [WeakJob]
     /// The strong references, created in `init` and handed to the builder.
-    private let handoff: Mutex<[Job]>
+    private let handoff: Locked<[Job]>
     let probes: [JobProbe]
     /// Maps a job's identity to its index, for checking the cycles the engine reports.
     let indexOfJob: [ObjectIdentifier: Int]
@@ -455,7 +455,7 @@ private final class StressRun: Sendable {
             probes.append(probe)
         }
         weakJobs = jobs.map(WeakJob.init)
-        handoff = Mutex(jobs)
+        handoff = Locked(jobs)
         self.probes = probes
         var indexOfJob: [ObjectIdentifier: Int] = [:]
         indexOfJob.reserveCapacity(jobCount)

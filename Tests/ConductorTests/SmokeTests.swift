@@ -1,6 +1,6 @@
 import Conductor
-import Testing
 import Synchronization
+import Testing
 
 @Suite struct SmokeTests {
     @Test func runsManyJobs() async {
