@@ -35,8 +35,8 @@ extension Job {
             job._dependents.append(self)
             _blockers += 1
             #if CONDUCTOR_INVARIANTS
-            _DependencyGraph.checkInvariantsLocked(around: self)
-            _DependencyGraph.checkInvariantsLocked(around: job)
+                _DependencyGraph.checkInvariantsLocked(around: self)
+                _DependencyGraph.checkInvariantsLocked(around: job)
             #endif
             if _state == .ready {
                 _becomePendingLocked(&actions)

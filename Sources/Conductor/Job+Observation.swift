@@ -105,7 +105,8 @@ extension Job {
         if _ThreadContext.job === self {
             let name = _describeLocked
             engineLock.unlock()
-            preconditionFailure("Job.waitUntilFinished(): '\(name)' waits for itself from its own work; it would never return")
+            preconditionFailure(
+                "Job.waitUntilFinished(): '\(name)' waits for itself from its own work; it would never return")
         }
         let semaphore = DispatchSemaphore(value: 0)
         _extrasLocked.waiters.append(.semaphore(semaphore))

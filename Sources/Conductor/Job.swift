@@ -125,7 +125,8 @@ open class Job: @unchecked Sendable {
         case .finished where _isCancelled: return ""
         case .finished: return "Job.start(): \(_describeLocked) has already finished"
         case .executing: return "Job.start(): \(_describeLocked) has already started"
-        case .pending: return "Job.start(): \(_describeLocked) is not ready; it waits for \(_blockers) unfinished dependencies"
+        case .pending:
+            return "Job.start(): \(_describeLocked) is not ready; it waits for \(_blockers) unfinished dependencies"
         }
     }
 
@@ -219,7 +220,7 @@ open class Job: @unchecked Sendable {
     /// The job is about to run: `ready → executing`.
     func _beginExecutingLocked(_ actions: inout _Actions) {
         #if CONDUCTOR_INVARIANTS
-        precondition(_state == .ready, "Conductor: starting \(_describeLocked) in state \(_state)")
+            precondition(_state == .ready, "Conductor: starting \(_describeLocked) in state \(_state)")
         #endif
         _state = .executing
         if !_didPostReady {
@@ -246,7 +247,7 @@ open class Job: @unchecked Sendable {
     /// - Complexity: O(dependents).
     func _finishLocked(_ actions: inout _Actions) {
         #if CONDUCTOR_INVARIANTS
-        precondition(_state != .finished, "Conductor: finishing \(_describeLocked) twice")
+            precondition(_state != .finished, "Conductor: finishing \(_describeLocked) twice")
         #endif
         let wasExecuting = _state == .executing
         _state = .finished

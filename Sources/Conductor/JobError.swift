@@ -42,7 +42,8 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
             let chain = (names + [names[0]]).joined(separator: " waits for ")
             return "JobError.dependencyCycle: refused; the dependency would close the cycle \(chain)"
         case .alreadyStarted:
-            return "JobError.alreadyStarted: \(names[0]) has already started, so it cannot gain the dependency \(names.dropFirst().joined(separator: ", "))"
+            return
+                "JobError.alreadyStarted: \(names[0]) has already started, so it cannot gain the dependency \(names.dropFirst().joined(separator: ", "))"
         default:
             return "JobError.\(code): \(names.joined(separator: ", "))"
         }

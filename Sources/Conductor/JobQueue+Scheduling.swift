@@ -186,17 +186,20 @@ extension JobQueue {
     }
 
     #if CONDUCTOR_INVARIANTS
-    /// O(1) consistency checks of the queue's counters, run at the end of critical sections in debug builds.
-    func _checkInvariantsLocked() {
-        let name = _displayNameLocked
-        precondition(_executing >= 0 && _idleWorkers >= 0, "Conductor: negative slot count on '\(name)'")
-        precondition(_ready.count >= 0 && _ready.count <= _activeUnfinished, "Conductor: ready count out of range on '\(name)'")
-        precondition(_activeUnfinished <= _jobCount, "Conductor: admitted count exceeds members on '\(name)'")
-        precondition(_jobCount <= _unsettled, "Conductor: more members than unsettled jobs on '\(name)'")
-        precondition((_head == nil) == (_jobCount == 0), "Conductor: membership list out of sync on '\(name)'")
-        precondition(_epochs.isEmpty || _epochs[0].barrierAdmitted || _activeUnfinished > 0,
-                     "Conductor: barrier epoch stalled on '\(name)'")
-    }
+        /// O(1) consistency checks of the queue's counters, run at the end of critical sections in debug builds.
+        func _checkInvariantsLocked() {
+            let name = _displayNameLocked
+            precondition(_executing >= 0 && _idleWorkers >= 0, "Conductor: negative slot count on '\(name)'")
+            precondition(
+                _ready.count >= 0 && _ready.count <= _activeUnfinished,
+                "Conductor: ready count out of range on '\(name)'")
+            precondition(_activeUnfinished <= _jobCount, "Conductor: admitted count exceeds members on '\(name)'")
+            precondition(_jobCount <= _unsettled, "Conductor: more members than unsettled jobs on '\(name)'")
+            precondition((_head == nil) == (_jobCount == 0), "Conductor: membership list out of sync on '\(name)'")
+            precondition(
+                _epochs.isEmpty || _epochs[0].barrierAdmitted || _activeUnfinished > 0,
+                "Conductor: barrier epoch stalled on '\(name)'")
+        }
     #endif
 
     // MARK: Membership list

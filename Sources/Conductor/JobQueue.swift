@@ -1,11 +1,11 @@
 import Dispatch
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Runs jobs by priority under a concurrency limit, over Dispatch.
@@ -268,7 +268,9 @@ public final class JobQueue: @unchecked Sendable {
         if _ThreadContext.queue === self {
             let name = _displayNameLocked
             engineLock.unlock()
-            preconditionFailure("JobQueue.waitUntilAllJobsAreFinished(): called from a job running on '\(name)'; it would wait for itself and never return")
+            preconditionFailure(
+                "JobQueue.waitUntilAllJobsAreFinished(): called from a job running on '\(name)'; it would wait for itself and never return"
+            )
         }
         let semaphore = DispatchSemaphore(value: 0)
         _waiters.append(.semaphore(semaphore))

@@ -83,14 +83,14 @@ enum _DependencyGraph {
     }
 
     #if CONDUCTOR_INVARIANTS
-    /// Checks the order invariant on every edge around `job`.
-    static func checkInvariantsLocked(around job: Job) {
-        for dependency in job._dependencies where dependency._state != .finished && job._state != .finished {
-            precondition(dependency._order < job._order, "Conductor: topological order broken on an edge")
+        /// Checks the order invariant on every edge around `job`.
+        static func checkInvariantsLocked(around job: Job) {
+            for dependency in job._dependencies where dependency._state != .finished && job._state != .finished {
+                precondition(dependency._order < job._order, "Conductor: topological order broken on an edge")
+            }
+            for dependent in job._dependents where dependent._state != .finished {
+                precondition(job._order < dependent._order, "Conductor: topological order broken on an edge")
+            }
         }
-        for dependent in job._dependents where dependent._state != .finished {
-            precondition(job._order < dependent._order, "Conductor: topological order broken on an edge")
-        }
-    }
     #endif
 }

@@ -2,11 +2,11 @@ import Dispatch
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// The engine lock. It guards every job's and every queue's scheduling state: job state, the
@@ -96,7 +96,7 @@ struct _Actions {
 
     private mutating func planWorkersLocked(for queue: JobQueue) {
         #if CONDUCTOR_INVARIANTS
-        queue._checkInvariantsLocked()
+            queue._checkInvariantsLocked()
         #endif
         let count = queue._workersToStartLocked()
         if count > 0 {

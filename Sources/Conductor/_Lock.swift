@@ -1,9 +1,9 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// A mutual-exclusion lock over `pthread_mutex_t`.
@@ -24,12 +24,12 @@ final class _Lock: @unchecked Sendable {
         var attributes = pthread_mutexattr_t()
         pthread_mutexattr_init(&attributes)
         #if CONDUCTOR_INVARIANTS
-        // Error-checking mutexes turn a recursive acquisition into an error instead of a silent deadlock.
-        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ERRORCHECK))
+            // Error-checking mutexes turn a recursive acquisition into an error instead of a silent deadlock.
+            pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ERRORCHECK))
         #elseif canImport(Glibc)
-        // Critical sections are short; spinning briefly before sleeping avoids a futex round trip
-        // on most contended acquisitions.
-        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
+            // Critical sections are short; spinning briefly before sleeping avoids a futex round trip
+            // on most contended acquisitions.
+            pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
         #endif
         let result = pthread_mutex_init(mutex, &attributes)
         pthread_mutexattr_destroy(&attributes)
@@ -45,9 +45,9 @@ final class _Lock: @unchecked Sendable {
     func lock() {
         let result = pthread_mutex_lock(mutex)
         #if CONDUCTOR_INVARIANTS
-        precondition(result == 0, "Conductor engine lock acquired recursively (pthread error \(result))")
+            precondition(result == 0, "Conductor engine lock acquired recursively (pthread error \(result))")
         #else
-        _ = result
+            _ = result
         #endif
     }
 
@@ -55,9 +55,9 @@ final class _Lock: @unchecked Sendable {
     func unlock() {
         let result = pthread_mutex_unlock(mutex)
         #if CONDUCTOR_INVARIANTS
-        precondition(result == 0, "Conductor engine lock released by a thread that does not hold it (\(result))")
+            precondition(result == 0, "Conductor engine lock released by a thread that does not hold it (\(result))")
         #else
-        _ = result
+            _ = result
         #endif
     }
 
