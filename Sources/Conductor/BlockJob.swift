@@ -7,8 +7,8 @@ import Dispatch
 /// finishes the job at once; for such work use ``AsyncBlockJob`` or ``TaskJob``.
 public final class BlockJob: Job, @unchecked Sendable {
     // Guarded by engineLock. The first block is stored inline so a one-block job allocates no array.
-    private var firstBlock: (@Sendable () -> Void)?
-    private var moreBlocks: [@Sendable () -> Void] = []
+    @exclusivity(unchecked) private var firstBlock: (@Sendable () -> Void)?
+    @exclusivity(unchecked) private var moreBlocks: [@Sendable () -> Void] = []
 
     /// Creates a job that runs `block`.
     public init(block: @escaping @Sendable () -> Void) {
@@ -71,7 +71,7 @@ public final class BlockJob: Job, @unchecked Sendable {
 /// ```
 public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
     // Guarded by engineLock; released when the job starts.
-    private var body: (@Sendable (AsyncBlockJob) -> Void)?
+    @exclusivity(unchecked) private var body: (@Sendable (AsyncBlockJob) -> Void)?
 
     /// Creates a job that runs `body` and finishes when `body`'s work calls `finish()`.
     public init(_ body: @escaping @Sendable (AsyncBlockJob) -> Void) {
@@ -96,9 +96,9 @@ public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
 /// ``JobQueue/current`` inside the body is the queue that started the job.
 public final class TaskJob: Job, @unchecked Sendable {
     // Guarded by engineLock.
-    private var body: (@Sendable () async throws -> Void)?
-    private var task: Task<Void, Never>?
-    private var _error: (any Error)?
+    @exclusivity(unchecked) private var body: (@Sendable () async throws -> Void)?
+    @exclusivity(unchecked) private var task: Task<Void, Never>?
+    @exclusivity(unchecked) private var _error: (any Error)?
     private let priority: TaskPriority?
 
     /// Creates a job that runs `body` in a `Task` with the given priority.

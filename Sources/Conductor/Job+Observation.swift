@@ -134,14 +134,20 @@ extension Job {
 
     /// Queues `event` for the observers; if no delivery is running, this thread will run it.
     /// Call with `engineLock` held.
+    @inline(__always)
     func _postLocked(_ event: JobEvent, _ actions: inout _Actions) {
+        // Most jobs have no extras: nobody to tell, nothing to allocate.
         guard let extras = _extras else { return }
+        _postLocked(event, to: extras, &actions)
+    }
+
+    private func _postLocked(_ event: JobEvent, to extras: _JobExtras, _ actions: inout _Actions) {
         // `.finished` always goes through delivery: it carries the completion block and waiters.
         guard event == .finished || !extras.observers.isEmpty else { return }
         extras.pendingEvents.append(event)
         if !extras.isDelivering {
             extras.isDelivering = true
-            actions.deliveries.append(self)
+            actions.deliver(self)
         }
     }
 
@@ -175,7 +181,7 @@ extension Job {
         var actions = _Actions()
         engineLock.lock()
         _callbacksPending = false
-        actions.waiters = extras.waiters
+        actions.resume(extras.waiters)
         extras.waiters = []
         extras.isDelivering = false
         if let queue = extras.settleQueue {

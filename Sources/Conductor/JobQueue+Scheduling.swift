@@ -16,7 +16,7 @@ extension JobQueue {
     /// Adds `job` to the queue's membership and, unless a barrier holds it back, admits it.
     /// - Returns: `nil`, or the message to trap with.
     func _enqueueLocked(_ job: Job, _ actions: inout _Actions) -> String? {
-        if let owner = job._queue {
+        if let owner = job._queue?.takeUnretainedValue() {
             return owner === self
                 ? "'\(job._describeLocked)' is already on this queue ('\(_displayNameLocked)'); a job is added once"
                 : "'\(job._describeLocked)' is already on queue '\(owner._displayNameLocked)'; a job belongs to one queue"
@@ -31,7 +31,7 @@ extension JobQueue {
         case .pending, .ready:
             break
         }
-        job._queue = self
+        job._queue = Unmanaged.passUnretained(self)
         _linkLocked(job)
         if let epoch = _epochs.last {
             epoch.held.append(job)
@@ -86,7 +86,7 @@ extension JobQueue {
         _unsettled -= 1
         if _unsettled == 0 {
             if !_waiters.isEmpty {
-                actions.waiters.append(contentsOf: _waiters)
+                actions.resume(_waiters)
                 _waiters = []
             }
             // Balance the retain taken in `_linkLocked` when the queue gained its first job.
@@ -209,18 +209,18 @@ extension JobQueue {
     /// the queue also retains itself, which is what keeps a queue its owner dropped alive until its
     /// jobs are done (and lets jobs point to their queue without retaining it).
     func _linkLocked(_ job: Job) {
-        _ = Unmanaged.passRetained(job)
+        let node = Unmanaged.passRetained(job)
         if _unsettled == 0 {
             _ = Unmanaged.passRetained(self)
         }
         job._previous = _tail
         job._next = nil
         if let tail = _tail {
-            tail._next = job
+            tail._withUnsafeGuaranteedRef { $0._next = node }
         } else {
-            _head = job
+            _head = node
         }
-        _tail = job
+        _tail = node
         _jobCount += 1
         _unsettled += 1
     }
@@ -229,12 +229,12 @@ extension JobQueue {
         let next = job._next
         let previous = job._previous
         if let previous {
-            previous._next = next
+            previous._withUnsafeGuaranteedRef { $0._next = next }
         } else {
             _head = next
         }
         if let next {
-            next._previous = previous
+            next._withUnsafeGuaranteedRef { $0._previous = previous }
         } else {
             _tail = previous
         }

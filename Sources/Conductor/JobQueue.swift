@@ -22,6 +22,7 @@ import Dispatch
 /// - Important: Every member may be called from any thread, including from inside jobs, observers
 ///   and completion blocks. No lock is held while user code runs.
 // @unchecked Sendable: every mutable stored property is guarded by `engineLock`; `id` is immutable.
+// `@exclusivity(unchecked)` on them: see the note on `Job`.
 public final class JobQueue: @unchecked Sendable {
     /// The default for ``maxConcurrentJobCount``: let Conductor choose the width.
     ///
@@ -37,36 +38,36 @@ public final class JobQueue: @unchecked Sendable {
     let id: UInt64
 
     // MARK: Configuration (guarded by engineLock)
-    var _name: String?
-    var _maxConcurrentJobCount: Int
+    @exclusivity(unchecked) var _name: String?
+    @exclusivity(unchecked) var _maxConcurrentJobCount: Int
     /// The limit in force: `_maxConcurrentJobCount`, or `systemDefaultWidth` for the default.
-    var _limit: Int
-    var _isSuspended = false
-    var _qualityOfService: DispatchQoS.QoSClass = .default
-    var _underlyingQueue: DispatchQueue?
+    @exclusivity(unchecked) var _limit: Int
+    @exclusivity(unchecked) var _isSuspended = false
+    @exclusivity(unchecked) var _qualityOfService: DispatchQoS.QoSClass = .default
+    @exclusivity(unchecked) var _underlyingQueue: DispatchQueue?
 
     // MARK: Scheduling (guarded by engineLock)
     /// Jobs started by this queue and not yet finished.
-    var _executing = 0
+    @exclusivity(unchecked) var _executing = 0
     /// Workers dispatched that have not yet claimed their first job.
-    var _idleWorkers = 0
+    @exclusivity(unchecked) var _idleWorkers = 0
     /// Bumped when the workers' dispatch target changes. Workers of an older generation neither
     /// count as idle nor take jobs, so a change takes effect even if the old target is busy.
-    var _workerGeneration: UInt64 = 0
-    var _ready = _ReadyQueue()
+    @exclusivity(unchecked) var _workerGeneration: UInt64 = 0
+    @exclusivity(unchecked) var _ready = _ReadyQueue()
     /// Jobs counted by the current barrier epoch (not held behind a barrier) and not yet finished.
-    var _activeUnfinished = 0
+    @exclusivity(unchecked) var _activeUnfinished = 0
     /// Barriers not yet finished, oldest first, each with the jobs added after it.
-    var _epochs: [_BarrierEpoch] = []
+    @exclusivity(unchecked) var _epochs: [_BarrierEpoch] = []
 
     // MARK: Membership and waiting (guarded by engineLock)
     /// The queue's unfinished jobs in insertion order. The list holds one manual retain per member.
-    unowned(unsafe) var _head: Job?
-    unowned(unsafe) var _tail: Job?
-    var _jobCount = 0
+    @exclusivity(unchecked) var _head: Unmanaged<Job>?
+    @exclusivity(unchecked) var _tail: Unmanaged<Job>?
+    @exclusivity(unchecked) var _jobCount = 0
     /// Jobs added and not yet finished with all their callbacks run; waiters wake at zero.
-    var _unsettled = 0
-    var _waiters: [_Waiter] = []
+    @exclusivity(unchecked) var _unsettled = 0
+    @exclusivity(unchecked) var _waiters: [_Waiter] = []
 
     /// Creates a queue.
     ///
@@ -213,7 +214,7 @@ public final class JobQueue: @unchecked Sendable {
     public func addBarrierBlock(_ barrier: @escaping @Sendable () -> Void) {
         let job = _BarrierJob(block: barrier)
         _update { queue, actions in
-            job._queue = queue
+            job._queue = Unmanaged.passUnretained(queue)
             queue._linkLocked(job)
             queue._epochs.append(_BarrierEpoch(barrier: job))
             if queue._activeUnfinished == 0 {
@@ -233,8 +234,8 @@ public final class JobQueue: @unchecked Sendable {
             result.reserveCapacity(_jobCount)
             var node = _head
             while let job = node {
-                result.append(job)
-                node = job._next
+                result.append(job.takeUnretainedValue())
+                node = job._withUnsafeGuaranteedRef { $0._next }
             }
             return result
         }

@@ -35,62 +35,90 @@ let nextJobID = Atomic<UInt64>(1)
 ///     engineLock.unlock()
 ///     actions.perform()
 ///
-/// The common paths (a job with no observers finishing and the worker taking the next job) record
-/// nothing and allocate nothing.
+/// The common paths (a job with no observers finishing and its worker taking the next job, or a
+/// job being added to a busy queue) use only the two inline slots, so they allocate nothing and
+/// creating and destroying an `_Actions` costs two releases. Everything else goes to `overflow`.
 struct _Actions {
-    /// The first queue whose ready work or capacity changed; kept inline to avoid an allocation.
-    private var touchedQueue: JobQueue?
-    /// Further queues whose ready work or capacity changed.
-    private var moreTouchedQueues: [JobQueue] = []
-    /// Worker starts decided by `planWorkersLocked()`.
-    private var workerStarts: [(target: DispatchQueue, queue: JobQueue, generation: UInt64, count: Int)] = []
-    /// Jobs whose event delivery this thread must run, because it posted into an idle delivery.
-    var deliveries: [Job] = []
-    /// Waiters to wake.
-    var waiters: [_Waiter] = []
-    /// Jobs dropped under the lock, released after unlocking (one slot inline, the rest in an array).
-    private var released: [Job] = []
-    private var moreReleased: [[Job]] = []
-    /// A queue whose self-retain ends; released after unlocking.
-    private var releasedQueue: JobQueue?
-    private var moreReleasedQueues: [JobQueue] = []
+    /// The first queue whose ready work or capacity changed. Unretained: it is only used before
+    /// unlocking, while the caller or the queue's own self-retain (released in `perform()`) keeps it alive.
+    private var touchedQueue: Unmanaged<JobQueue>?
+    /// The first list of jobs dropped under the lock, released after unlocking.
+    private var released: [Job]?
+    /// Everything less common, allocated on first use.
+    private var overflow: _ActionsOverflow?
 
-    /// Keeps `jobs` alive until `perform()`, so that no job is freed under the lock.
-    @inline(__always)
-    mutating func release(_ jobs: [Job]) {
-        if jobs.isEmpty { return }
-        if released.isEmpty {
-            released = jobs
-        } else {
-            moreReleased.append(jobs)
-        }
-    }
-
-    /// Releases the queue's self-retain after unlocking.
-    mutating func releaseAfterUnlocking(_ queue: JobQueue) {
-        if releasedQueue == nil {
-            releasedQueue = queue
-        } else {
-            moreReleasedQueues.append(queue)
+    private var more: _ActionsOverflow {
+        mutating get {
+            if let overflow { return overflow }
+            let created = _ActionsOverflow()
+            overflow = created
+            return created
         }
     }
 
     /// Records that `queue` may be able to start more work.
     @inline(__always)
     mutating func touch(_ queue: JobQueue) {
-        if touchedQueue == nil {
-            touchedQueue = queue
-        } else if touchedQueue !== queue && !moreTouchedQueues.contains(where: { $0 === queue }) {
-            moreTouchedQueues.append(queue)
+        guard let touchedQueue else {
+            touchedQueue = Unmanaged.passUnretained(queue)
+            return
+        }
+        if touchedQueue.toOpaque() != Unmanaged.passUnretained(queue).toOpaque() {
+            more.touch(queue)
         }
     }
 
+    /// Runs `job`'s event delivery after unlocking.
+    mutating func deliver(_ job: Job) {
+        more.deliveries.append(job)
+    }
+
+    /// Wakes `waiters` after unlocking.
+    mutating func resume(_ waiters: [_Waiter]) {
+        if !waiters.isEmpty {
+            more.waiters.append(contentsOf: waiters)
+        }
+    }
+
+    /// Keeps `jobs` alive until `perform()`, so that no job is freed under the lock.
+    @inline(__always)
+    mutating func release(_ jobs: [Job]) {
+        if jobs.isEmpty { return }
+        if released == nil {
+            released = jobs
+        } else {
+            more.released.append(jobs)
+        }
+    }
+
+    /// Empties `jobs`, releasing its elements under the lock when that cannot free any of them
+    /// (none is uniquely referenced by the list), and after unlocking otherwise.
+    ///
+    /// - Complexity: O(jobs.count).
+    @inline(__always)
+    mutating func drop(_ jobs: inout [Job]) {
+        if jobs.isEmpty { return }
+        for index in jobs.indices where isKnownUniquelyReferenced(&jobs[index]) {
+            release(jobs)
+            break
+        }
+        jobs = []
+    }
+
+    /// Releases the queue's self-retain after unlocking.
+    mutating func releaseAfterUnlocking(_ queue: JobQueue) {
+        more.releasedQueues.append(queue)
+    }
+
     /// Decides, for every touched queue, how many workers to start. Call with the engine lock held.
+    @inline(__always)
     mutating func planWorkersLocked() {
         guard let first = touchedQueue else { return }
-        planWorkersLocked(for: first)
-        for queue in moreTouchedQueues {
-            planWorkersLocked(for: queue)
+        first._withUnsafeGuaranteedRef { planWorkersLocked(for: $0) }
+        if let overflow {
+            for queue in overflow.touchedQueues {
+                planWorkersLocked(for: queue)
+            }
         }
     }
 
@@ -100,16 +128,41 @@ struct _Actions {
         #endif
         let count = queue._workersToStartLocked()
         if count > 0 {
-            workerStarts.append((queue._dispatchTargetLocked, queue, queue._workerGeneration, count))
+            more.workerStarts.append((queue._dispatchTargetLocked, queue, queue._workerGeneration, count))
         }
     }
 
     /// Carries out the recorded work. Call without the engine lock.
+    @inline(__always)
     mutating func perform() {
+        released = nil
+        if let overflow {
+            self.overflow = nil
+            overflow.perform()
+        }
+    }
+}
+
+/// The less common parts of `_Actions`.
+final class _ActionsOverflow {
+    var touchedQueues: [JobQueue] = []
+    var workerStarts: [(target: DispatchQueue, queue: JobQueue, generation: UInt64, count: Int)] = []
+    var deliveries: [Job] = []
+    var waiters: [_Waiter] = []
+    var released: [[Job]] = []
+    var releasedQueues: [JobQueue] = []
+
+    func touch(_ queue: JobQueue) {
+        if !touchedQueues.contains(where: { $0 === queue }) {
+            touchedQueues.append(queue)
+        }
+    }
+
+    func perform() {
         for start in workerStarts {
+            let queue = start.queue
+            let generation = start.generation
             for _ in 0..<start.count {
-                let queue = start.queue
-                let generation = start.generation
                 start.target.async { queue._runWorker(generation: generation) }
             }
         }
@@ -120,16 +173,11 @@ struct _Actions {
             waiter.resume()
         }
         released = []
-        moreReleased = []
-        if let queue = releasedQueue {
-            releasedQueue = nil
-            Unmanaged.passUnretained(queue).release()
-            _ = queue  // `queue` keeps it alive until here, outside the lock
-        }
-        for queue in moreReleasedQueues {
+        for queue in releasedQueues {
+            // Balance the self-retain; `releasedQueues` keeps the queue alive until it is emptied.
             Unmanaged.passUnretained(queue).release()
         }
-        moreReleasedQueues = []
+        releasedQueues = []
     }
 }
 

@@ -87,17 +87,18 @@ struct _ReadyQueue {
     /// - Complexity: O(1) amortized (stale entries are each skipped once).
     mutating func popFirst(_ actions: inout _Actions) -> Job? {
         guard count > 0 else { return nil }
-        var skipped: [Job] = []
-        defer { actions.release(skipped) }
-        for index in buckets.indices {
-            while let entry = buckets[index].popFirst() {
+        var index = 0
+        while index < buckets.count {
+            if let entry = buckets[index].popFirst() {
                 if entry.job._readyTicket == entry.ticket {
                     entry.job._readyTicket = 0
                     count -= 1
                     return entry.job
                 }
                 staleCount -= 1
-                skipped.append(entry.job)
+                actions.release([entry.job])
+            } else {
+                index += 1
             }
         }
         preconditionFailure("Conductor: ready count \(count) but no live entry")
