@@ -78,7 +78,10 @@ open class Job: @unchecked Sendable {
         finishesWhenExecuteReturns = true
     }
 
-    init(finishesWhenExecuteReturns: Bool) {
+    /// Creates a job that finishes when `execute()` returns, or, with `false`, when `_finish()` is
+    /// called. `package` so that adapters in this package (ConductorFoundation) can build jobs
+    /// whose work completes elsewhere without being ``AsynchronousJob`` subclasses.
+    package init(finishesWhenExecuteReturns: Bool) {
         id = nextJobID.wrappingAdd(1, ordering: .relaxed).oldValue
         _order = id
         self.finishesWhenExecuteReturns = finishesWhenExecuteReturns
@@ -238,7 +241,8 @@ open class Job: @unchecked Sendable {
     }
 
     /// Finishes an executing job from outside the lock; does nothing if it is not executing.
-    func _finish() {
+    /// `package` for adapters in this package; users call ``AsynchronousJob/finish()``.
+    package func _finish() {
         var actions = _Actions()
         engineLock.lock()
         if _state == .executing {
