@@ -326,11 +326,15 @@ final class _BarrierEpoch: @unchecked Sendable {
 }
 
 /// The job behind ``JobQueue/addBarrierBlock(_:)``.
-final class _BarrierJob: Job, @unchecked Sendable {
+///
+/// `package` rather than internal only to work around a Swift 6.3 diagnostic: an internal subclass
+/// of a class with a `package` designated initializer gets a spurious "function call causes an
+/// infinite recursion" warning.
+package final class _BarrierJob: Job, @unchecked Sendable {
     // Guarded by engineLock; released when the barrier runs.
     private var block: (@Sendable () -> Void)?
 
-    init(block: @escaping @Sendable () -> Void) {
+    package init(block: @escaping @Sendable () -> Void) {
         self.block = block
         super.init()
         _isBarrier = true
@@ -338,7 +342,7 @@ final class _BarrierJob: Job, @unchecked Sendable {
 
     }
 
-    override func execute() {
+    package override func execute() {
         engineLock.lock()
         let block = self.block
         self.block = nil
