@@ -6,11 +6,14 @@ let package = Package(
     // Synchronization's `Atomic` sets the Apple minimums; Linux has no minimum.
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
-        .library(name: "Conductor", targets: ["Conductor"])
+        .library(name: "Conductor", targets: ["Conductor"]),
+        .executable(name: "conductor-bench", targets: ["ConductorBench"]),
     ],
     targets: [
         .target(
             name: "Conductor",
+            // The spin model of the lifecycle (checked by .ci/check-model) lives beside the code it mirrors.
+            exclude: ["Model"],
             swiftSettings: [
                 // Internal invariant checks (`_checkInvariants()`), on in debug builds and so in `swift test`.
                 .define("CONDUCTOR_INVARIANTS", .when(configuration: .debug))
@@ -19,6 +22,12 @@ let package = Package(
         .testTarget(
             name: "ConductorTests",
             dependencies: ["Conductor"]
+        ),
+        // Side-by-side benchmarks against Foundation, Dispatch and TaskGroup: `swift run -c release conductor-bench`.
+        .executableTarget(
+            name: "ConductorBench",
+            dependencies: ["Conductor"],
+            path: "Benchmarks/ConductorBench"
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,110 @@
+/// The command line.
+struct Configuration {
+    enum Output {
+        case table
+        case json
+        case markdown
+    }
+
+    var runs = 5
+    var quick = false
+    /// Tokens from `--filter`; a scenario runs when one of them is part of its id.
+    var filter: [String] = []
+    var output = Output.table
+    var svgDirectory: String?
+    /// Seconds Foundation may spend per scenario, probes included.
+    var foundationBudget = 60.0
+    var help = false
+
+    static let usage = """
+        Usage: swift run -c release conductor-bench [options]
+
+        Runs every scenario on Conductor, Foundation (OperationQueue), Dispatch and TaskGroup in one
+        process and prints a table per scenario, then the targets with PASS or MISS. A wrong result
+        prints FAIL instead of a time, and the process exits with status 1.
+
+        Options:
+          --filter IDS              Scenarios to run: a substring of an id, or a comma-separated list.
+                                    Ids: \(scenarioIDs.joined(separator: ", ")).
+          --runs N                  Measured runs per system after a warm-up (default 5).
+          --quick                   Small sizes and one run, for a CI smoke test.
+          --foundation-budget SEC   Seconds Foundation may take per scenario, probes included
+                                    (default 60). Over budget, it runs fewer times or smaller, and
+                                    a note says so.
+          --json                    Print the results as JSON on standard output.
+          --markdown                Print the results as Markdown tables on standard output.
+          --svg DIR                 Also write SVG charts into DIR.
+          -h, --help                Show this help.
+
+        Progress goes to standard error.
+        """
+
+    struct UsageError: Error {
+        let message: String
+    }
+
+    static func parse(_ arguments: [String]) throws(UsageError) -> Configuration {
+        var configuration = Configuration()
+        var runsGiven = false
+        var remaining = arguments[...]
+        func value(for option: String) throws(UsageError) -> String {
+            guard let value = remaining.popFirst() else { throw UsageError(message: "\(option) needs a value") }
+            return value
+        }
+        while let argument = remaining.popFirst() {
+            switch argument {
+            case "--filter":
+                let tokens = try value(for: argument).split(separator: ",").map {
+                    String($0).trimmingSpaces().lowercased()
+                }.filter { !$0.isEmpty }
+                for token in tokens where !scenarioIDs.contains(where: { $0.contains(token) }) {
+                    throw UsageError(
+                        message: "--filter: '\(token)' matches no scenario; ids: \(scenarioIDs.joined(separator: ", "))"
+                    )
+                }
+                configuration.filter += tokens
+            case "--runs":
+                let text = try value(for: argument)
+                guard let runs = Int(text), runs >= 1 else {
+                    throw UsageError(message: "--runs: '\(text)' is not a whole number of at least 1")
+                }
+                configuration.runs = runs
+                runsGiven = true
+            case "--quick":
+                configuration.quick = true
+            case "--foundation-budget":
+                let text = try value(for: argument)
+                guard let seconds = Double(text), seconds >= 0, seconds.isFinite else {
+                    throw UsageError(message: "--foundation-budget: '\(text)' is not a number of seconds")
+                }
+                configuration.foundationBudget = seconds
+            case "--json", "--markdown":
+                let output: Output = argument == "--json" ? .json : .markdown
+                guard configuration.output == .table || configuration.output == output else {
+                    throw UsageError(message: "--json and --markdown both write to standard output; choose one")
+                }
+                configuration.output = output
+            case "--svg":
+                configuration.svgDirectory = try value(for: argument)
+            case "-h", "--help":
+                configuration.help = true
+            default:
+                throw UsageError(message: "unknown option '\(argument)'")
+            }
+        }
+        if configuration.quick && !runsGiven {
+            configuration.runs = 1
+        }
+        return configuration
+    }
+
+    func selects(_ id: String) -> Bool {
+        filter.isEmpty || filter.contains { id.contains($0) }
+    }
+}
+
+extension String {
+    fileprivate func trimmingSpaces() -> String {
+        String(drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
+    }
+}

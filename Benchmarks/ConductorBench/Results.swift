@@ -1,0 +1,139 @@
+/// Median, min and max of one system's figures in one scenario.
+struct Stats {
+    var median: Double
+    var min: Double
+    var max: Double
+    /// Median wall time of a run, in milliseconds; `nil` for `latency` and `memory`.
+    var medianMilliseconds: Double?
+    var runs: Int
+
+    /// Summarizes runs. For `latency`, the samples of all runs are pooled: the median is p50,
+    /// min the fastest sample and max p99.
+    init(_ trials: [Trial], metric: Metric) {
+        runs = trials.count
+        switch metric {
+        case .latency:
+            let samples = trials.flatMap(\.samples).sorted()
+            median = Stats.percentile(samples, 0.50)
+            min = samples.first ?? .nan
+            max = Stats.percentile(samples, 0.99)
+            medianMilliseconds = nil
+        case .nanosecondsPerJob, .bytesPerJob:
+            let figures = trials.map(\.perJob).sorted()
+            median = Stats.median(figures)
+            min = figures.first ?? .nan
+            max = figures.last ?? .nan
+            medianMilliseconds =
+                metric == .bytesPerJob ? nil : Stats.median(trials.map(\.nanoseconds).sorted()) / 1_000_000
+        }
+    }
+
+    init(median: Double, min: Double, max: Double, medianMilliseconds: Double?, runs: Int) {
+        self.median = median
+        self.min = min
+        self.max = max
+        self.medianMilliseconds = medianMilliseconds
+        self.runs = runs
+    }
+
+    static func median(_ sorted: [Double]) -> Double {
+        guard !sorted.isEmpty else { return .nan }
+        let middle = sorted.count / 2
+        return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+    }
+
+    /// Nearest-rank percentile of sorted samples.
+    static func percentile(_ sorted: [Double], _ fraction: Double) -> Double {
+        guard !sorted.isEmpty else { return .nan }
+        let rank = Int((fraction * Double(sorted.count)).rounded(.up))
+        return sorted[Swift.min(Swift.max(rank, 1), sorted.count) - 1]
+    }
+}
+
+/// One system's result in one scenario.
+struct Measurement {
+    enum Outcome {
+        case measured(Stats)
+        /// A check failed: the result is wrong, so no time is reported.
+        case failed(String)
+        case notApplicable(String)
+    }
+
+    let system: System
+    var outcome: Outcome
+    /// How the system runs the scenario.
+    var method: String?
+    /// Jobs per run at the size it ran.
+    var jobs: Int?
+    /// Why the system ran fewer runs or a smaller size than the others.
+    var note: String?
+    /// It ran at a smaller size than the scenario's, so its figure is for that size.
+    var reducedSize = false
+    /// How Foundation's time grew with size between its two largest probes (time ∝ size^k).
+    var growthExponent: Double?
+
+    var stats: Stats? {
+        if case .measured(let stats) = outcome { stats } else { nil }
+    }
+
+    var failure: String? {
+        if case .failed(let message) = outcome { message } else { nil }
+    }
+}
+
+/// Every system's result in one scenario.
+struct ScenarioResult {
+    let id: String
+    let summary: String
+    let metric: Metric
+    var measurements: [Measurement]
+
+    func measurement(_ system: System) -> Measurement? {
+        measurements.first { $0.system == system }
+    }
+
+    /// How many times `baseline`'s median is of `system`'s: "Foundation / Conductor = 35.2×".
+    func ratio(of baseline: System, to system: System) -> Double? {
+        guard let base = measurement(baseline)?.stats?.median, let value = measurement(system)?.stats?.median,
+            value > 0, base.isFinite, value.isFinite
+        else { return nil }
+        return base / value
+    }
+}
+
+/// One point of the chain scaling curve.
+struct ScalingPoint {
+    let system: System
+    let jobs: Int
+    var stats: Stats?
+    var failure: String?
+}
+
+/// The chain scaling sweep: ns per job against chain length.
+struct Scaling {
+    var points: [ScalingPoint] = []
+    var notes: [String] = []
+
+    func points(for system: System) -> [ScalingPoint] {
+        points.filter { $0.system == system }
+    }
+}
+
+/// Everything one invocation measured.
+struct BenchmarkRun {
+    var configuration: Configuration
+    var scenarios: [ScenarioResult] = []
+    var scaling: Scaling?
+    /// Wall time of the whole invocation.
+    var wallSeconds = 0.0
+
+    func scenario(_ id: String) -> ScenarioResult? {
+        scenarios.first { $0.id == id }
+    }
+
+    /// Whether any check failed.
+    var hasFailure: Bool {
+        scenarios.contains { $0.measurements.contains { $0.failure != nil } }
+            || (scaling?.points.contains { $0.failure != nil } ?? false)
+    }
+}

@@ -1,0 +1,130 @@
+/// The performance targets, judged from figures measured in this run.
+struct Target {
+    enum Verdict: String {
+        case pass = "PASS"
+        case miss = "MISS"
+        /// A system involved gave a wrong result, so there is no figure to judge.
+        case fail = "FAIL"
+        /// The scenario was filtered out, or a system has no figure.
+        case notRun = "—"
+    }
+
+    let scenario: String
+    let goal: String
+    let verdict: Verdict
+    let detail: String
+
+    static func evaluate(_ run: BenchmarkRun) -> [Target] {
+        var targets: [Target] = []
+        for id in ["noop", "serial"] {
+            targets.append(faster(run, id, than: .foundation, by: 10))
+            targets.append(fasterPerJob(run, id, than: .dispatch))
+        }
+        targets.append(faster(run, "chain", than: .foundation, by: 1_000))
+        targets.append(faster(run, "fan", than: .foundation, by: 1_000))
+        targets.append(chainScaling(run))
+        targets.append(faster(run, "cancel", than: .foundation, by: 10))
+        targets.append(faster(run, "async", than: .foundation, by: 5))
+        targets.append(memory(run, atMost: 250))
+        return targets
+    }
+
+    /// Conductor is at least `factor` times faster per job than `baseline`.
+    private static func faster(_ run: BenchmarkRun, _ id: String, than baseline: System, by factor: Double) -> Target {
+        let goal = "Conductor ≥ \(Format.count(Int(factor)))× faster than \(baseline.rawValue)"
+        guard let scenario = run.scenario(id) else {
+            return Target(scenario: id, goal: goal, verdict: .notRun, detail: "not run")
+        }
+        if let problem = problem(scenario, [.conductor, baseline]) {
+            return Target(scenario: id, goal: goal, verdict: problem.0, detail: problem.1)
+        }
+        let ratio = scenario.ratio(of: baseline, to: .conductor)!
+        var detail = "\(baseline.rawValue) / Conductor = \(Format.ratio(ratio))"
+        let conductorJobs = scenario.measurement(.conductor)?.jobs ?? 0
+        if let base = scenario.measurement(baseline), base.reducedSize {
+            detail +=
+                " with \(baseline.rawValue) at \(Format.count(base.jobs ?? 0)) jobs, Conductor at "
+                + "\(Format.count(conductorJobs))"
+            if let k = base.growthExponent, k > 1.1 {
+                detail +=
+                    "; conservative: \(baseline.rawValue)'s time grows as size^\(Format.fixed(k, 2)), so its "
+                    + "ns/job at full size is higher"
+            }
+        } else {
+            detail += " at \(Format.count(conductorJobs)) jobs"
+        }
+        return Target(scenario: id, goal: goal, verdict: ratio >= factor ? .pass : .miss, detail: detail)
+    }
+
+    /// Conductor's median ns per job is below `baseline`'s.
+    private static func fasterPerJob(_ run: BenchmarkRun, _ id: String, than baseline: System) -> Target {
+        let goal = "Conductor faster per job than \(baseline.rawValue) (one async per job)"
+        guard let scenario = run.scenario(id) else {
+            return Target(scenario: id, goal: goal, verdict: .notRun, detail: "not run")
+        }
+        if let problem = problem(scenario, [.conductor, baseline]) {
+            return Target(scenario: id, goal: goal, verdict: problem.0, detail: problem.1)
+        }
+        let conductor = scenario.measurement(.conductor)!.stats!.median
+        let other = scenario.measurement(baseline)!.stats!.median
+        return Target(
+            scenario: id, goal: goal, verdict: conductor < other ? .pass : .miss,
+            detail:
+                "\(Format.figure(conductor)) vs \(Format.figure(other)) ns/job (\(baseline.rawValue) / "
+                + "Conductor = \(Format.ratio(other / conductor)))"
+        )
+    }
+
+    /// Conductor's chain ns per job stays within 2× across the sweep.
+    private static func chainScaling(_ run: BenchmarkRun) -> Target {
+        let goal = "Conductor's chain ns/job within 2× of itself from 10³ to 10⁶ jobs"
+        guard let scaling = run.scaling else {
+            return Target(scenario: "chain", goal: goal, verdict: .notRun, detail: "not run")
+        }
+        let points = scaling.points(for: .conductor)
+        if let failed = points.first(where: { $0.failure != nil }) {
+            return Target(
+                scenario: "chain", goal: goal, verdict: .fail,
+                detail: "\(Format.count(failed.jobs)) jobs: \(failed.failure!)")
+        }
+        let medians = points.compactMap { point in point.stats.map { (point.jobs, $0.median) } }
+        guard let fastest = medians.min(by: { $0.1 < $1.1 }), let slowest = medians.max(by: { $0.1 < $1.1 }) else {
+            return Target(scenario: "chain", goal: goal, verdict: .notRun, detail: "no figures")
+        }
+        let spread = slowest.1 / fastest.1
+        var detail = medians.map { "\(Format.count($0.0)): \(Format.figure($0.1))" }.joined(separator: ", ")
+        detail += " ns/job; slowest / fastest = \(Format.ratio(spread))"
+        if medians.first?.0 != 1_000 || medians.last?.0 != 1_000_000 {
+            detail += " (sweep covered \(Format.count(medians.first!.0)) to \(Format.count(medians.last!.0)) only)"
+        }
+        return Target(scenario: "chain", goal: goal, verdict: spread <= 2 ? .pass : .miss, detail: detail)
+    }
+
+    private static func memory(_ run: BenchmarkRun, atMost bytes: Double) -> Target {
+        let goal = "≤ \(Format.count(Int(bytes))) bytes per queued BlockJob"
+        guard let scenario = run.scenario("memory") else {
+            return Target(scenario: "memory", goal: goal, verdict: .notRun, detail: "not run")
+        }
+        if let problem = problem(scenario, [.conductor]) {
+            return Target(scenario: "memory", goal: goal, verdict: problem.0, detail: problem.1)
+        }
+        let measured = scenario.measurement(.conductor)!.stats!.median
+        return Target(
+            scenario: "memory", goal: goal, verdict: measured <= bytes ? .pass : .miss,
+            detail:
+                "\(Format.figure(measured)) B/job at \(Format.count(scenario.measurement(.conductor)?.jobs ?? 0)) jobs")
+    }
+
+    /// Why the systems' figures cannot be compared, if they cannot.
+    private static func problem(_ scenario: ScenarioResult, _ systems: [System]) -> (Verdict, String)? {
+        for system in systems {
+            guard let measurement = scenario.measurement(system) else { return (.notRun, "\(system.rawValue) not run") }
+            switch measurement.outcome {
+            case .measured: continue
+            case .failed(let failure): return (.fail, "\(system.rawValue): \(failure)")
+            case .notApplicable(let reason): return (.notRun, "\(system.rawValue) n/a: \(reason)")
+            }
+        }
+        return nil
+    }
+}
