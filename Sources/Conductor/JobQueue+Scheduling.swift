@@ -1,5 +1,13 @@
 import Dispatch
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 // The queue's scheduling core. Everything named `…Locked` must be called with `engineLock` held.
 //
 // Slot accounting. `_executing` counts jobs this queue started that have not finished; it never
@@ -124,15 +132,24 @@ extension JobQueue {
         return job
     }
 
-    /// How many workers to dispatch now, counting them as idle until they run.
+    /// How many workers to dispatch now (0 or 1), counting them as idle until they run.
+    ///
+    /// At most one worker per queue waits to run at any time. When it runs and claims a job, it
+    /// plans again, so if more work and slots remain it hands the baton to one more worker before
+    /// it runs its job. Workers thus ramp up one at a time, each dispatched from a worker thread
+    /// rather than from the thread adding jobs, and a burst of `finish()` calls from asynchronous
+    /// jobs wakes one worker, which claims every job it may start, instead of one worker each.
+    ///
+    /// Liveness: whenever the queue is not suspended, has a free slot and a ready job, either a
+    /// worker is waiting to run (and will claim), or one is running a job (and will claim after
+    /// it), or this returns 1. `Model/Lifecycle.pml` checks this rule for deadlocks.
     func _workersToStartLocked() -> Int {
-        guard !_isSuspended else { return 0 }
-        let capacity = _limit - _executing - _idleWorkers
-        let wanted = _ready.count - _idleWorkers
-        let count = min(capacity, wanted)
-        guard count > 0 else { return 0 }
-        _idleWorkers += count
-        return count
+        if _waitingWorkers > 0 && _executing < _limit {
+            _wakeups.add(1, ordering: .releasing)  // a slot is free: wake the waiting worker
+        }
+        guard !_isSuspended, _idleWorkers == 0, _executing < _limit, _ready.count > 0 else { return 0 }
+        _idleWorkers = 1
+        return 1
     }
 
     var _dispatchTargetLocked: DispatchQueue {
@@ -142,7 +159,11 @@ extension JobQueue {
     /// Retires the workers sent to the old target: they stop counting as idle and take no more jobs.
     func _dispatchTargetChangedLocked() {
         _workerGeneration &+= 1
-        _idleWorkers = 0
+        // Workers waiting for a slot still count until they wake, see the new generation and leave.
+        _idleWorkers = _waitingWorkers
+        if _waitingWorkers > 0 {
+            _wakeups.add(1, ordering: .releasing)
+        }
     }
 
     /// A worker: claims a job, runs it, and keeps taking the next ready job itself until there is
@@ -156,6 +177,9 @@ extension JobQueue {
         }
         _idleWorkers -= 1
         var next = _claimNextLocked(&actions)
+        // Hand the baton: if more work and slots remain, the next worker starts while this one works.
+        actions.touch(self)
+        actions.planWorkersLocked()
         engineLock.unlock()
         actions.perform()
         guard next != nil else { return }
@@ -163,16 +187,21 @@ extension JobQueue {
         let previousQueue = _ThreadContext.queue
         let previousJob = _ThreadContext.job
         _ThreadContext.queue = self
+        var waitBudget = JobQueue.slotWaitBudget
         while let job = next {
             _ThreadContext.job = job
             job.execute()
             var actions = _Actions()
+            var waitFrom: UInt64?
             engineLock.lock()
             if job.finishesWhenExecuteReturns {
                 job._finishLocked(&actions)
             }
             if generation == _workerGeneration {
                 next = _claimNextLocked(&actions)
+                if next == nil && waitBudget > 0 && _onlyTheLimitStopsWorkLocked {
+                    waitFrom = _beginWaitingForSlotLocked()
+                }
             } else {
                 next = nil
                 actions.touch(self)  // retired: workers on the new target take over
@@ -180,9 +209,73 @@ extension JobQueue {
             actions.planWorkersLocked()
             engineLock.unlock()
             actions.perform()
+            if let waitFrom {
+                next = _waitForSlot(from: waitFrom, generation: generation, budget: &waitBudget)
+            }
         }
         _ThreadContext.queue = previousQueue
         _ThreadContext.job = previousJob
+    }
+
+    /// How many times a worker stopped by the limit yields its processor while it waits for a slot
+    /// before it gives its thread back.
+    ///
+    /// Asynchronous jobs return from `execute()` at once and free their slot later, from another
+    /// thread. Without a short wait, every `finish()` would have to wake a parked thread (two
+    /// wake-ups per round of jobs); with it, a steady stream of finishes is picked up by a worker
+    /// that is still awake. The wait is bounded and only happens when ready work is waiting for a
+    /// slot, so an idle queue never spins.
+    static let slotWaitBudget = 64
+
+    /// Whether ready work waits only because every slot is taken.
+    var _onlyTheLimitStopsWorkLocked: Bool {
+        !_isSuspended && _ready.count > 0 && _executing >= _limit && _limit > 0
+    }
+
+    /// Registers the calling worker as waiting: it counts as idle, so a freed slot does not
+    /// dispatch another worker. Returns the wake-up count to wait from.
+    private func _beginWaitingForSlotLocked() -> UInt64 {
+        _waitingWorkers += 1
+        _idleWorkers += 1
+        return _wakeups.load(ordering: .relaxed)
+    }
+
+    /// Waits, yielding the processor, until a slot frees or the budget runs out; then claims a job.
+    /// Each yield and each failed claim spends budget, so the wait is bounded. Returns the claimed
+    /// job, or `nil` when the worker should give its thread back.
+    private func _waitForSlot(from wakeup: UInt64, generation: UInt64, budget: inout Int) -> Job? {
+        var wakeup = wakeup
+        while true {
+            // Yielding, not spinning: on a small machine the thread that will free the slot may
+            // need this processor (measured: spinning made the `async` benchmark slower).
+            while budget > 0 && _wakeups.load(ordering: .acquiring) == wakeup {
+                budget -= 1
+                sched_yield()
+            }
+            budget -= 1
+            var actions = _Actions()
+            var keepWaiting = false
+            engineLock.lock()
+            _waitingWorkers -= 1
+            _idleWorkers -= 1
+            var claimed: Job?
+            if generation == _workerGeneration {
+                claimed = _claimNextLocked(&actions)
+                if claimed == nil && budget > 0 && _onlyTheLimitStopsWorkLocked {
+                    wakeup = _beginWaitingForSlotLocked()
+                    keepWaiting = true
+                }
+            }
+            // Claimed: hand the baton if more work fits. Gave up: re-plan, since this worker no
+            // longer counts as idle and work may be waiting.
+            actions.touch(self)
+            actions.planWorkersLocked()
+            engineLock.unlock()
+            actions.perform()
+            if !keepWaiting {
+                return claimed
+            }
+        }
     }
 
     #if CONDUCTOR_INVARIANTS
@@ -196,6 +289,9 @@ extension JobQueue {
             precondition(_activeUnfinished <= _jobCount, "Conductor: admitted count exceeds members on '\(name)'")
             precondition(_jobCount <= _unsettled, "Conductor: more members than unsettled jobs on '\(name)'")
             precondition((_head == nil) == (_jobCount == 0), "Conductor: membership list out of sync on '\(name)'")
+            precondition(
+                _waitingWorkers >= 0 && _waitingWorkers <= _idleWorkers,
+                "Conductor: waiting workers miscounted on '\(name)'")
             precondition(
                 _epochs.isEmpty || _epochs[0].barrierAdmitted || _activeUnfinished > 0,
                 "Conductor: barrier epoch stalled on '\(name)'")

@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -51,6 +52,11 @@ public final class JobQueue: @unchecked Sendable {
     @exclusivity(unchecked) var _executing = 0
     /// Workers dispatched that have not yet claimed their first job.
     @exclusivity(unchecked) var _idleWorkers = 0
+    /// Workers waiting briefly for a slot (see `_runWorker`); each also counts in `_idleWorkers`.
+    @exclusivity(unchecked) var _waitingWorkers = 0
+    /// Bumped, under the lock, whenever capacity or ready work may have changed while a worker
+    /// waits; the waiting worker polls it without the lock.
+    let _wakeups = Atomic<UInt64>(0)
     /// Bumped when the workers' dispatch target changes. Workers of an older generation neither
     /// count as idle nor take jobs, so a change takes effect even if the old target is busy.
     @exclusivity(unchecked) var _workerGeneration: UInt64 = 0

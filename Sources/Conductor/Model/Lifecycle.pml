@@ -55,6 +55,7 @@ byte runs[N];            /* how many times each job's work ran: at most 1 */
 
 byte executing = 0;      /* JobQueue._executing */
 byte idle = 0;           /* JobQueue._idleWorkers */
+byte waiting = 0;        /* JobQueue._waitingWorkers: workers waiting briefly for a slot */
 byte readyCount = 0;     /* JobQueue._ready.count */
 byte limit = LIMIT;      /* JobQueue._limit */
 byte maxLimit = LIMIT;   /* the largest limit ever in force */
@@ -66,7 +67,8 @@ byte maxLimit = LIMIT;   /* the largest limit ever in force */
 inline checkInvariants() {
     assert(executing == (state[0] == EXECUTING) + (state[1] == EXECUTING) + (state[2] == EXECUTING));
     assert(readyCount == inReady[0] + inReady[1] + inReady[2]);
-    assert(executing <= maxLimit)
+    assert(executing <= maxLimit);
+    assert(waiting <= idle)
 }
 
 /* JobQueue._pushReadyLocked */
@@ -154,29 +156,23 @@ inline claimNext(j) {
     fi
 }
 
-/* _Actions.planWorkersLocked / JobQueue._workersToStartLocked, and perform() dispatching them. */
+/* _Actions.planWorkersLocked / JobQueue._workersToStartLocked, and perform() dispatching the
+ * worker: at most one worker waits to run at a time. */
 inline planWorkers() {
-    capacity = limit - executing - idle;
-    wanted = readyCount - idle;
     if
-    :: capacity < wanted -> wanted = capacity
+    :: idle == 0 && executing < limit && readyCount > 0 -> idle++; run Worker()
     :: else -> skip
     fi;
-    do
-    :: wanted > 0 -> idle++; run Worker(); wanted--
-    :: else -> break
-    od;
     /* Scratch variables are reset so that states differing only in dead values are one state. */
-    capacity = 0;
-    wanted = 0;
     k = 0
 }
 
 /* JobQueue._runWorker */
 proctype Worker() {
     byte j, k, b;
-    short capacity, wanted;
-    atomic { idle--; claimNext(j); k = 0; checkInvariants() }
+    byte waits = 0;    /* 0: has not waited; 1: waiting for a slot; 2: has waited (budget spent) */
+    /* Claim, then hand the baton to one more worker if work and slots remain. */
+    atomic { idle--; claimNext(j); planWorkers(); checkInvariants() }
     do
     :: j == NONE -> break
     :: j != NONE ->
@@ -194,9 +190,22 @@ proctype Worker() {
             :: else -> skip   /* an asynchronous job finishes when finish() is called */
             fi;
             claimNext(j);
+            /* _onlyTheLimitStopsWorkLocked / _beginWaitingForSlotLocked */
+            if
+            :: j == NONE && waits == 0 && executing >= limit && readyCount > 0 && limit > 0 ->
+                waiting++; idle++; waits = 1
+            :: else -> skip
+            fi;
             planWorkers();
             checkInvariants()
-        }
+        };
+        /* _waitForSlot: the wait is bounded, so the worker may go on at any moment, whether or
+         * not a slot has freed; it then claims (and hands the baton) or gives up (and re-plans). */
+        if
+        :: waits == 1 ->
+            atomic { waiting--; idle--; waits = 2; claimNext(j); planWorkers(); checkInvariants() }
+        :: else -> skip
+        fi
     od
 }
 
@@ -204,7 +213,6 @@ proctype Worker() {
  * (ignored), then once the work has begun, then once more (ignored). */
 proctype Finisher(byte j) {
     byte k;
-    short capacity, wanted;
     if
     :: atomic { state[j] == EXECUTING -> finishLocked(j); planWorkers(); checkInvariants() }
     :: atomic { state[j] != EXECUTING -> skip }    /* finish() before start: ignored */
@@ -231,7 +239,6 @@ proctype Finisher(byte j) {
 /* Job.cancel() from another thread, racing everything else. */
 proctype Canceller() {
     byte j = 0, k;
-    short capacity, wanted;
     do
     :: j < N ->
         if
@@ -246,7 +253,6 @@ proctype Canceller() {
 /* JobQueue.addJob for each job in turn (JobQueue._enqueueLocked and _admitLocked). */
 proctype Producer() {
     byte j = 0, k;
-    short capacity, wanted;
     do
     :: j < N ->
         atomic {
@@ -270,7 +276,6 @@ proctype Producer() {
 /* JobQueue.maxConcurrentJobCount's setter, once, at any time. */
 proctype LimitChanger() {
     byte k;
-    short capacity, wanted;
     atomic {
         limit = LIMIT2;
         if
