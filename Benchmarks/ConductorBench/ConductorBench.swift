@@ -20,6 +20,9 @@ struct ConductorBench {
             print(Configuration.usage)
             return
         }
+        if let jobs = configuration.soakJobs {
+            exit(Soak.run(jobs: jobs))
+        }
 
         let started = Clock.now()
         let sizes = configuration.quick ? Sizes.quick : Sizes.full

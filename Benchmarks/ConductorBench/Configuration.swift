@@ -14,6 +14,8 @@ struct Configuration {
     var svgDirectory: String?
     /// Seconds Foundation may spend per scenario, probes included.
     var foundationBudget = 60.0
+    /// `--soak N`: push N jobs through one queue and report resident memory instead of the scenarios.
+    var soakJobs: Int?
     var help = false
 
     static let usage = """
@@ -34,6 +36,8 @@ struct Configuration {
           --json                    Print the results as JSON on standard output.
           --markdown                Print the results as Markdown tables on standard output.
           --svg DIR                 Also write SVG charts into DIR.
+          --soak N                  Instead of the scenarios: push N jobs (e.g. 10000000) through one
+                                    queue and report resident memory as it goes.
           -h, --help                Show this help.
 
         Progress goes to standard error.
@@ -72,6 +76,12 @@ struct Configuration {
                 runsGiven = true
             case "--quick":
                 configuration.quick = true
+            case "--soak":
+                let text = try value(for: argument)
+                guard let jobs = Int(text), jobs >= 1 else {
+                    throw UsageError(message: "--soak: '\(text)' is not a whole number of at least 1")
+                }
+                configuration.soakJobs = jobs
             case "--foundation-budget":
                 let text = try value(for: argument)
                 guard let seconds = Double(text), seconds >= 0, seconds.isFinite else {
