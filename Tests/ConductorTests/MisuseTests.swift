@@ -373,4 +373,43 @@ private final class Tally: Sendable {
         #expect(ran.count == 1)
         #expect(job.isFinished && !job.isCancelled)
     }
+
+    /// A dependency added to a job while its work runs is refused (it could no longer hold the job
+    /// back); removing one is harmless. Either way the job finishes normally and its dependents run.
+    @Test func dependencyChangesWhileTheDependentExecutes() async throws {
+        let queue = JobQueue(name: "changes-while-executing")
+        let finishedDependency = BlockJob {}
+        finishedDependency.start()
+        let unrelated = BlockJob {}
+        let outcome = Log<String>()
+        final class SelfChangingJob: Job, @unchecked Sendable {
+            // Set before the job is enqueued; read by execute() (ordered by the engine's lock).
+            var dependency: Job?
+            var unrelated: Job?
+            var outcome: Log<String>?
+            override func execute() {
+                do {
+                    try addDependency(unrelated!)
+                    outcome?.append("added")
+                } catch {
+                    outcome?.append(error.code == .alreadyStarted ? "refused" : "wrong error: \(error)")
+                }
+                removeDependency(dependency!)
+                outcome?.append("removed")
+            }
+        }
+        let job = SelfChangingJob()
+        job.dependency = finishedDependency
+        job.unrelated = unrelated
+        job.outcome = outcome
+        try job.addDependency(finishedDependency)
+        let dependent = BlockJob { outcome.append("dependent ran") }
+        try dependent.addDependency(job)
+        queue.addJobs([job, dependent], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(outcome.values == ["refused", "removed", "dependent ran"])
+        #expect(job.isFinished && !job.isCancelled)
+        #expect(job.dependencies.isEmpty)
+        #expect(unrelated.state == .ready, "the refused edge left the other job untouched")
+    }
 }
