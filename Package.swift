@@ -7,6 +7,8 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "Conductor", targets: ["Conductor"]),
+        // Foundation interop: Operations on JobQueues, Jobs on OperationQueues, dependencies both ways.
+        .library(name: "ConductorFoundation", targets: ["ConductorFoundation"]),
         .executable(name: "conductor-bench", targets: ["ConductorBench"]),
     ],
     targets: [
@@ -21,7 +23,19 @@ let package = Package(
         ),
         .testTarget(
             name: "ConductorTests",
-            dependencies: ["Conductor"]
+            dependencies: ["Conductor", "ConductorTestSupport"]
+        ),
+        // Thread-safe helpers shared by the test targets (not a product).
+        .target(
+            name: "ConductorTestSupport",
+            dependencies: ["Conductor"],
+            path: "Tests/ConductorTestSupport"
+        ),
+        // The only library module that imports Foundation.
+        .target(name: "ConductorFoundation", dependencies: ["Conductor"]),
+        .testTarget(
+            name: "ConductorFoundationTests",
+            dependencies: ["ConductorFoundation", "Conductor", "ConductorTestSupport"]
         ),
         // Side-by-side benchmarks against Foundation, Dispatch and TaskGroup: `swift run -c release conductor-bench`.
         .executableTarget(

@@ -12,14 +12,16 @@
 /// ThreadSanitizer cannot see, so every report TSan made about the engine would be suspect. A
 /// pthread mutex is understood by TSan in every build, so a clean TSan run means something.
 ///
+/// `package` so that the adapter and the tests in this package use the same TSan-visible lock.
+///
 /// - Important: Never call user code while holding a `_Lock`. The engine decides inside the lock and
 ///   acts after unlocking; see `Docs/Design.md`.
 // @unchecked Sendable: the only stored state is a pointer to a pthread mutex, which is itself the
 // synchronization primitive; it is allocated once in `init` and freed in `deinit`.
-final class _Lock: @unchecked Sendable {
+package final class _Lock: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
-    init() {
+    package init() {
         mutex = .allocate(capacity: 1)
         var attributes = pthread_mutexattr_t()
         pthread_mutexattr_init(&attributes)
@@ -42,7 +44,7 @@ final class _Lock: @unchecked Sendable {
     }
 
     @inline(__always)
-    func lock() {
+    package func lock() {
         let result = pthread_mutex_lock(mutex)
         #if CONDUCTOR_INVARIANTS
             precondition(result == 0, "Conductor engine lock acquired recursively (pthread error \(result))")
@@ -52,7 +54,7 @@ final class _Lock: @unchecked Sendable {
     }
 
     @inline(__always)
-    func unlock() {
+    package func unlock() {
         let result = pthread_mutex_unlock(mutex)
         #if CONDUCTOR_INVARIANTS
             precondition(result == 0, "Conductor engine lock released by a thread that does not hold it (\(result))")
@@ -62,9 +64,27 @@ final class _Lock: @unchecked Sendable {
     }
 
     @inline(__always)
-    func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+    package func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
         lock()
         defer { unlock() }
         return try body()
+    }
+}
+
+/// A value guarded by a `_Lock`, after NIO's `NIOLockedValueBox`: the value is reachable only inside
+/// `withLock`. Used by the Foundation adapter and the tests; the engine itself keeps its state
+/// under `engineLock`.
+// @unchecked Sendable: `value` is only read or written inside `withLock`, with `lock` held.
+package final class _LockedValue<Value>: @unchecked Sendable {
+    private let lock = _Lock()
+    private var value: Value
+
+    package init(_ value: Value) {
+        self.value = value
+    }
+
+    /// Runs `body` with exclusive access to the value. `body` must not call user code.
+    package func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        try lock.withLock { try body(&value) }
     }
 }

@@ -1,4 +1,5 @@
 import Conductor
+import ConductorTestSupport
 import Dispatch
 import Synchronization
 import Testing

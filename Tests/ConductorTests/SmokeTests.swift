@@ -1,4 +1,5 @@
 import Conductor
+import ConductorTestSupport
 import Synchronization
 import Testing
 

@@ -1,0 +1,110 @@
+import Conductor
+import Foundation
+
+/// A Foundation `Operation` that runs a Conductor ``Job``, so that Conductor jobs can run on any
+/// `OperationQueue`.
+///
+/// `JobOperation` is a correct asynchronous operation: it reports `isExecuting` and `isFinished`
+/// with key-value notifications, and it is finished only when its job is. So an
+/// ``AsyncBlockJob``, an ``AsynchronousJob`` subclass or a ``TaskJob`` holds its Foundation slot
+/// until its work completes, and `maxConcurrentOperationCount = 1` really runs such work one at a
+/// time, which a `BlockOperation` that starts asynchronous work cannot do.
+///
+/// ```swift
+/// let queue = OperationQueue()
+/// queue.maxConcurrentOperationCount = 1
+/// queue.addOperation(JobOperation(AsyncBlockJob { job in
+///     fetchData("report.json") { _ in job.finish() }
+/// }))
+/// ```
+///
+/// - The job runs with ``Job/start()`` on the thread that starts the operation, outside any
+///   ``JobQueue``. A job that is already on a `JobQueue` cannot also run here: `Job.start()` traps,
+///   naming the job and its queue.
+/// - The operation's name, queue priority and quality of service are copied from the job when it
+///   is created (see ``Conductor/JobPriority`` and `QualityOfService(_:)` for the mappings).
+/// - The job's unfinished dependencies at that moment become the operation's, through
+///   `addDependency(_:)`. Dependencies added to the job later are not seen; if one is still
+///   unfinished when the operation starts, `start()` traps. Add them to the operation instead
+///   (`operation.addDependency(otherJob)`).
+/// - Cancelling the operation cancels the job; cancelling the job cancels the operation. An
+///   operation cancelled before it starts finishes without running the job, as Apple documents.
+///
+/// - Important: Every member may be called from any thread. No lock is held while the job runs
+///   or while key-value notifications are posted.
+// @unchecked Sendable: `job` is immutable and `lifecycle` keeps its state behind a lock; the rest
+// is `Operation`'s, which locks it.
+public final class JobOperation: Operation, @unchecked Sendable {
+    /// The job this operation runs.
+    public let job: Job
+
+    private let lifecycle = _OperationLifecycle()
+
+    /// Creates an operation that runs `job`.
+    ///
+    /// - Parameter job: A job that is not on a ``JobQueue`` and will not be started elsewhere.
+    public init(_ job: Job) {
+        self.job = job
+        super.init()
+        name = job.name
+        queuePriority = Operation.QueuePriority(job.queuePriority)
+        // Left unset when it maps to `.default`, as on an operation whose QoS nobody set:
+        // Foundation on Linux enforces an explicitly set QoS on the operation's work item.
+        let qualityOfService = QualityOfService(job.qualityOfService)
+        if qualityOfService != .default {
+            self.qualityOfService = qualityOfService
+        }
+        for dependency in job.dependencies {
+            addDependency(dependency)
+        }
+        // The observer holds the operation weakly: a job that never runs must not keep it alive.
+        job.observe { [weak self] event in
+            switch event {
+            case .cancelled: self?._jobWasCancelled()
+            case .finished: self?._jobDidFinish()
+            case .ready, .started: break
+            }
+        }
+        // Observing a finished job registers nothing, so catch up with anything already past.
+        if job.isCancelled {
+            _jobWasCancelled()
+        }
+        if job.isFinished {
+            _jobDidFinish()
+        }
+    }
+
+    public override var isAsynchronous: Bool { true }
+    public override var isExecuting: Bool { lifecycle.isExecuting }
+    public override var isFinished: Bool { lifecycle.isFinished }
+
+    /// Runs the job: reports executing, starts the job, and reports finished when the job has
+    /// finished. A cancelled operation reports finished without running the job.
+    public override func start() {
+        let cancelled = isCancelled
+        guard lifecycle.start(self, isCancelled: cancelled, description: "JobOperation '\(job.displayName)'") else {
+            return
+        }
+        if job.state == .pending {
+            let waiting = job.dependencies.filter { !$0.isFinished }.map { "'\($0.displayName)'" }
+            preconditionFailure(
+                "JobOperation.start(): '\(job.displayName)' still waits for \(waiting.joined(separator: ", ")), "
+                    + "added to the job after it was wrapped; add such dependencies to the operation instead")
+        }
+        job.start()
+    }
+
+    /// Cancels the operation and its job.
+    public override func cancel() {
+        super.cancel()
+        job.cancel()
+    }
+
+    private func _jobWasCancelled() {
+        super.cancel()
+    }
+
+    private func _jobDidFinish() {
+        lifecycle.workFinished(self)
+    }
+}

@@ -1,0 +1,100 @@
+import Conductor
+import Foundation
+
+extension Operation {
+    /// Makes this operation wait until the Conductor `job` has finished.
+    ///
+    /// The job can be anywhere: on a ``JobQueue``, or run by a ``JobOperation``. The dependency is a
+    /// proxy operation, already executing, that reports finished (with its key-value
+    /// notifications) when the job delivers its `.finished` event, at once if the job has already
+    /// finished. It appears in `dependencies` under a name like `job 'Index'`. Adding the same job
+    /// twice does nothing. An ``OperationJob`` is not proxied: this operation depends on its
+    /// operation directly.
+    ///
+    /// The proxy holds this operation until the job finishes. swift-corelibs-foundation refers to
+    /// an operation's dependents without retaining them, so a dependent freed before its
+    /// dependency finishes would be used after it was freed; with the proxy holding it, that
+    /// cannot happen through a bridge. A job that never finishes keeps this operation alive.
+    ///
+    /// - Parameter job: The job to wait for.
+    /// - Important: As with any Foundation dependency, add it before the operation starts. For an
+    ///   operation that an ``OperationJob`` wraps, add it before creating the job, so that the job
+    ///   waits without holding a slot (see ``OperationJob``).
+    /// - Complexity: O(number of dependencies) for the duplicate check.
+    public func addDependency(_ job: Job) {
+        if let bridge = job as? OperationJob {
+            addDependency(bridge.operation)
+            return
+        }
+        if let proxy = job as? _OperationFinishedJob {
+            addDependency(proxy.operation)
+            return
+        }
+        if dependencies.contains(where: { ($0 as? _JobFinishedOperation)?.awaitedJob === job }) {
+            return
+        }
+        let proxy = _JobFinishedOperation(waitingFor: job, dependent: self)
+        proxy.begin()
+        addDependency(proxy)
+    }
+}
+
+/// The proxy behind `operation.addDependency(job)`: a correct asynchronous operation, started at
+/// once so that it is executing while it waits, that reports finished when `job` finishes.
+///
+/// It holds the job and its dependent operation until then, and drops both once it has reported
+/// finished (after Foundation, inside `didChangeValue`, is done with the dependent).
+// @unchecked Sendable: `lifecycle` and `links` are locked boxes; the rest is `Operation`'s.
+final class _JobFinishedOperation: Operation, @unchecked Sendable {
+    private struct Links {
+        var job: Job?
+        var dependent: Operation?
+    }
+
+    private let lifecycle = _OperationLifecycle()
+    private let links: _LockedValue<Links>
+
+    init(waitingFor job: Job, dependent: Operation) {
+        links = _LockedValue(Links(job: job, dependent: dependent))
+        super.init()
+        name = "job '\(job.displayName)'"
+    }
+
+    /// The job this proxy waits for; `nil` once it has finished.
+    var awaitedJob: Job? { links.withLock { $0.job } }
+
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { lifecycle.isExecuting }
+    override var isFinished: Bool { lifecycle.isFinished }
+
+    /// Reports executing. Called once, by `begin()`; any later call does nothing.
+    override func start() {
+        _ = lifecycle.start(self, isCancelled: false, description: "operation '\(name ?? "")'")
+    }
+
+    /// Starts the proxy and begins waiting for the job.
+    func begin() {
+        start()
+        guard let job = awaitedJob else { return }
+        // Strong: the proxy stays alive until the job finishes (the job drops its observers then).
+        job.observe { event in
+            if event == .finished {
+                self.jobFinished()
+            }
+        }
+        if job.isFinished {
+            jobFinished()
+        }
+    }
+
+    private func jobFinished() {
+        // Only the call that reported the finish drops the links: Foundation is done with the
+        // dependent once `didChangeValue` has returned, and not before.
+        guard lifecycle.workFinished(self) else { return }
+        let dropped = links.withLock { links in
+            defer { links = Links() }
+            return links
+        }
+        withExtendedLifetime(dropped) {}
+    }
+}

@@ -1,0 +1,75 @@
+import Conductor
+import Dispatch
+import Synchronization
+
+// Small thread-safe helpers shared by the test targets. Locks are pthread mutexes, not
+// `Synchronization.Mutex`: ThreadSanitizer cannot see `Mutex` on Linux and reports false races.
+
+/// A value guarded by a pthread mutex (the engine's own `_Lock`).
+package typealias Locked = _LockedValue
+
+/// A thread-safe, append-only log.
+package final class Log<Element: Sendable>: Sendable {
+    private let storage = Locked<[Element]>([])
+
+    package init() {}
+
+    package func append(_ element: Element) { storage.withLock { $0.append(element) } }
+    package var values: [Element] { storage.withLock { $0 } }
+    package var count: Int { storage.withLock { $0.count } }
+}
+
+/// A thread-safe counter.
+package final class Counter: Sendable {
+    private let storage = Atomic<Int>(0)
+
+    package init() {}
+
+    @discardableResult
+    package func increment() -> Int { storage.add(1, ordering: .sequentiallyConsistent).newValue }
+    package var value: Int { storage.load(ordering: .sequentiallyConsistent) }
+}
+
+/// A thread-safe flag.
+package final class Flag: Sendable {
+    private let storage = Atomic<Bool>(false)
+
+    package init() {}
+
+    package func set(_ value: Bool = true) { storage.store(value, ordering: .sequentiallyConsistent) }
+    package var value: Bool { storage.load(ordering: .sequentiallyConsistent) }
+}
+
+/// Counts jobs in flight, the most there ever were, and how many started.
+package final class InFlight: Sendable {
+    private let current = Atomic<Int>(0)
+    private let peak = Atomic<Int>(0)
+    private let total = Atomic<Int>(0)
+
+    package init() {}
+
+    package func enter() {
+        let now = current.add(1, ordering: .sequentiallyConsistent).newValue
+        peak.max(now, ordering: .sequentiallyConsistent)
+        total.add(1, ordering: .sequentiallyConsistent)
+    }
+
+    package func leave() { current.subtract(1, ordering: .sequentiallyConsistent) }
+    package var now: Int { current.load(ordering: .sequentiallyConsistent) }
+    package var maximum: Int { peak.load(ordering: .sequentiallyConsistent) }
+    package var starts: Int { total.load(ordering: .sequentiallyConsistent) }
+}
+
+/// A one-shot signal a job body (on any thread) gives and the test awaits without blocking.
+package struct Signal: Sendable {
+    private let stream: AsyncStream<Void>
+    private let continuation: AsyncStream<Void>.Continuation
+
+    package init() { (stream, continuation) = AsyncStream<Void>.makeStream() }
+
+    package func fire() { continuation.yield() }
+
+    package func wait() async {
+        for await _ in stream { return }
+    }
+}
