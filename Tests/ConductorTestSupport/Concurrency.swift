@@ -2,6 +2,14 @@ import Conductor
 import Dispatch
 import Synchronization
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 // Small thread-safe helpers shared by the test targets. Locks are pthread mutexes, not
 // `Synchronization.Mutex`: ThreadSanitizer cannot see `Mutex` on Linux and reports false races.
 
@@ -71,5 +79,46 @@ package struct Signal: Sendable {
 
     package func wait() async {
         for await _ in stream { return }
+    }
+}
+
+/// A reader–writer lock (a pthread rwlock, which ThreadSanitizer understands): any number of
+/// readers at once, or one writer.
+// @unchecked Sendable: the rwlock itself is the synchronization.
+package final class ReadWriteLock: @unchecked Sendable {
+    private let rwlock: UnsafeMutablePointer<pthread_rwlock_t>
+
+    package init() {
+        rwlock = .allocate(capacity: 1)
+        pthread_rwlock_init(rwlock, nil)
+    }
+
+    deinit {
+        pthread_rwlock_destroy(rwlock)
+        rwlock.deallocate()
+    }
+
+    package func withReadLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        pthread_rwlock_rdlock(rwlock)
+        defer { pthread_rwlock_unlock(rwlock) }
+        return try body()
+    }
+
+    package func withWriteLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        pthread_rwlock_wrlock(rwlock)
+        defer { pthread_rwlock_unlock(rwlock) }
+        return try body()
+    }
+}
+
+/// A weak reference that closures on any thread may capture and collections may hold, for tests
+/// that must not keep an object alive (lifetime checks, and records that would otherwise form a
+/// cycle with the object).
+// @unchecked Sendable: `object` is set once, in `init`; loading a weak reference is thread-safe.
+package final class WeakReference<Object: AnyObject>: @unchecked Sendable {
+    package weak let object: Object?
+
+    package init(_ object: Object?) {
+        self.object = object
     }
 }
