@@ -59,6 +59,12 @@ public final class BlockJob: Job, @unchecked Sendable {
         return taken
     }
 
+    override func _discardWorkLocked(_ actions: inout _Actions) {
+        actions.releaseAfterUnlocking((firstBlock, moreBlocks))
+        firstBlock = nil
+        moreBlocks = []
+    }
+
     public override func execute() {
         let (first, more) = takeBlocks()
         guard let first else { return }
@@ -91,6 +97,11 @@ public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
     public init(_ body: @escaping @Sendable (AsyncBlockJob) -> Void) {
         self.body = body
         super.init()
+    }
+
+    override func _discardWorkLocked(_ actions: inout _Actions) {
+        actions.releaseAfterUnlocking(body as Any)
+        body = nil
     }
 
     public override func execute() {
@@ -126,6 +137,11 @@ public final class TaskJob: Job, @unchecked Sendable {
     /// The error the body threw, other than `CancellationError`; `nil` if it returned normally.
     public var error: (any Error)? {
         engineLock.withLock { _error }
+    }
+
+    override func _discardWorkLocked(_ actions: inout _Actions) {
+        actions.releaseAfterUnlocking(body as Any)
+        body = nil
     }
 
     public override func execute() {

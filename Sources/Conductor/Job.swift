@@ -43,6 +43,8 @@ open class Job: @unchecked Sendable {
     @exclusivity(unchecked) var _qualityOfService: DispatchQoS.QoSClass = .default
     /// Unfinished dependencies; the job is `pending` while this is above zero.
     @exclusivity(unchecked) var _blockers: Int32 = 0
+    /// Dependents in `_dependents` that finished first (cancelled); compacted away in bulk.
+    @exclusivity(unchecked) var _finishedDependents: Int32 = 0
     @exclusivity(unchecked) var _name: String?
 
     // MARK: Dependency graph (guarded by engineLock)
@@ -262,6 +264,18 @@ open class Job: @unchecked Sendable {
         #endif
         let wasExecuting = _state == .executing
         _state = .finished
+        if !wasExecuting {
+            // Finished without running (cancelled): its work will never run, so let it go now. A
+            // closure that captured the job would otherwise keep it alive forever.
+            _discardWorkLocked(&actions)
+            // Unfinished dependencies still list this job as a dependent; let them know so that
+            // a long-running dependency does not accumulate cancelled dependents.
+            if _blockers > 0 {
+                for dependency in _dependencies where dependency._state != .finished {
+                    dependency._dependentFinishedFirstLocked(&actions)
+                }
+            }
+        }
         let hasCallbacks = _extras != nil
         _callbacksPending = hasCallbacks
 
@@ -283,6 +297,27 @@ open class Job: @unchecked Sendable {
         actions.drop(&_dependents)
         actions.drop(&_dependencies)
         _postLocked(.finished, &actions)
+    }
+
+    /// Hands the job's un-run work (closures) to `actions` to be released after unlocking. Called
+    /// when the job finishes without having started. Subclasses in this module that store work
+    /// override it; a user's `Job` subclass owns its own stored properties.
+    func _discardWorkLocked(_ actions: inout _Actions) {}
+
+    /// A dependent finished before this job (it was cancelled). Once such dependents are at least
+    /// 16 and half the list, they are removed in one pass, so the cost is O(1) amortized per
+    /// cancelled dependent and the list never holds more dead entries than live ones (plus 16).
+    func _dependentFinishedFirstLocked(_ actions: inout _Actions) {
+        _finishedDependents += 1
+        guard _finishedDependents >= 16, Int(_finishedDependents) * 2 >= _dependents.count else { return }
+        var finished: [Job] = []
+        _dependents.removeAll { dependent in
+            guard dependent._state == .finished else { return false }
+            finished.append(dependent)
+            return true
+        }
+        actions.release(finished)
+        _finishedDependents = 0
     }
 
     /// One of this job's dependencies finished.

@@ -227,9 +227,12 @@ extension JobQueue {
     /// slot, so an idle queue never spins.
     static let slotWaitBudget = 64
 
-    /// Whether ready work waits only because every slot is taken.
+    /// Whether a worker should wait for a slot: ready work waits only because every slot is taken.
+    ///
+    /// Not with an `underlyingQueue`: it may be serial, and then the `finish()` that would free a
+    /// slot is queued behind the waiting worker.
     var _onlyTheLimitStopsWorkLocked: Bool {
-        !_isSuspended && _ready.count > 0 && _executing >= _limit && _limit > 0
+        !_isSuspended && _ready.count > 0 && _executing >= _limit && _limit > 0 && _underlyingQueue == nil
     }
 
     /// Registers the calling worker as waiting: it counts as idle, so a freed slot does not

@@ -105,6 +105,12 @@ struct _Actions {
         jobs = []
     }
 
+    /// Keeps `object` (for instance a cancelled job's un-run closures) alive until `perform()`, so
+    /// that whatever it captured is freed after unlocking.
+    mutating func releaseAfterUnlocking(_ object: Any) {
+        more.releasedObjects.append(object)
+    }
+
     /// Releases the queue's self-retain after unlocking.
     mutating func releaseAfterUnlocking(_ queue: JobQueue) {
         more.releasedQueues.append(queue)
@@ -150,6 +156,7 @@ final class _ActionsOverflow {
     var deliveries: [Job] = []
     var waiters: [_Waiter] = []
     var released: [[Job]] = []
+    var releasedObjects: [Any] = []
     var releasedQueues: [JobQueue] = []
 
     func touch(_ queue: JobQueue) {
@@ -173,6 +180,7 @@ final class _ActionsOverflow {
             waiter.resume()
         }
         released = []
+        releasedObjects = []
         for queue in releasedQueues {
             // Balance the self-retain; `releasedQueues` keeps the queue alive until it is emptied.
             Unmanaged.passUnretained(queue).release()

@@ -52,7 +52,8 @@ struct _FIFO<Element> {
 /// Push and pop are O(1). Removing a job (cancelled, re-prioritized, or given a new dependency
 /// while it waited) is O(1) too: the job's `_readyTicket` is reset, which makes its entry stale,
 /// and stale entries are skipped when popped. When stale entries outnumber live ones the buckets
-/// are compacted, so garbage stays proportional to live work.
+/// are compacted, so garbage stays proportional to live work; when no live entry is left they are
+/// dropped at once, so an idle queue holds no finished job.
 ///
 /// All members must be used with `engineLock` held.
 struct _ReadyQueue {
@@ -93,6 +94,9 @@ struct _ReadyQueue {
                 if entry.job._readyTicket == entry.ticket {
                     entry.job._readyTicket = 0
                     count -= 1
+                    if count == 0 && staleCount > 0 {
+                        compact(&actions)
+                    }
                     return entry.job
                 }
                 staleCount -= 1
@@ -111,7 +115,7 @@ struct _ReadyQueue {
         job._readyTicket = 0
         count -= 1
         staleCount += 1
-        if staleCount > 64 && staleCount > count {
+        if count == 0 || (staleCount > 64 && staleCount > count) {
             compact(&actions)
         }
     }

@@ -468,8 +468,10 @@ struct LeakTests {
             job.cancel()
             return job
         }
-        // The unfinished dependency still holds its (finished) dependent, as documented.
-        #expect(built.bothAlive)
+        // The unfinished dependency still holds its (finished) dependent, as documented, but the
+        // dependent released its un-run block when it was cancelled.
+        #expect(built.job.object != nil)
+        #expect(built.captured.object == nil)
         harness.queue.isSuspended = false
         await harness.settle()
         #expect(built.bothFreed)
@@ -483,14 +485,9 @@ struct LeakTests {
         let built = build(on: harness.queue) { tracked in BlockJob { _ = tracked } }
         built.job.object?.cancel()
         await harness.settle()
-        // Known issue: cancelling a ready job only resets its ticket (`_ReadyQueue.remove`); the stale
-        // entry keeps the job, and its un-run block, until a later pop reaches it or the buckets are
-        // compacted (more than 64 stale entries). A queue with no live entry never pops, so an idle
-        // queue keeps up to 64 cancelled jobs. The same holds for a job whose priority changed
-        // while it waited, after it ran.
-        withKnownIssue("a cancelled ready job is kept by a stale entry in its queue's ready bucket") {
-            #expect(built.bothFreed)
-        }
+        // The ready entry the cancelled job left is dropped at once, because no live entry is left.
+        #expect(built.job.object == nil, "job")
+        #expect(built.captured.object == nil, "captured")
         // Draining the queue pops the stale entry.
         harness.queue.isSuspended = false
         harness.queue.addJob(BlockJob {})
@@ -506,11 +503,9 @@ struct LeakTests {
             job.cancel()
             return job
         }
-        // Known issue: a BlockJob releases its blocks only in `execute()`, so a cancelled one keeps
-        // them until it is freed, and a block that captures the job is a cycle nothing breaks.
-        withKnownIssue("a cancelled BlockJob keeps its un-run blocks, so a block capturing it leaks") {
-            #expect(built.bothFreed)
-        }
+        // A job that finishes without running releases its un-run blocks at once, which breaks
+        // the cycle through a block that captures the job.
+        #expect(built.bothFreed)
     }
 
     @Test("cancelled asynchronous jobs whose body captures the job are freed")
@@ -536,11 +531,9 @@ struct LeakTests {
             job.cancel()
             return job
         }
-        // Known issue: as for BlockJob, the body is released only in `execute()`.
-        withKnownIssue("a cancelled AsyncBlockJob or TaskJob keeps its un-run body, so a body capturing it leaks") {
-            #expect(asyncBuilt.bothFreed)
-            #expect(taskBuilt.bothFreed)
-        }
+        // As for BlockJob, the un-run body is released when the job finishes without running.
+        #expect(asyncBuilt.bothFreed)
+        #expect(taskBuilt.bothFreed)
     }
 
     // MARK: Growth
@@ -598,6 +591,33 @@ struct LeakTests {
 
     // MARK: Dependencies
 
+    @Test("a long-running job does not accumulate its cancelled dependents")
+    func cancelledDependentsOfAnUnfinishedJobAreFreed() async {
+        let harness = Harness("cancelled-dependents")
+        harness.queue.isSuspended = true
+        let blocker = BlockJob {}
+        harness.queue.addJob(blocker)
+        let weakDependents: [WeakReference<Job>] = {
+            var weak: [WeakReference<Job>] = []
+            for _ in 0..<1_000 {
+                let job = BlockJob {}
+                try? job.addDependency(blocker)
+                harness.queue.addJob(job)
+                job.cancel()
+                weak.append(WeakReference(job))
+            }
+            return weak
+        }()
+        // The blocker has not finished, yet it has dropped (almost) all of its cancelled dependents:
+        // it compacts them once they are at least 16 and half its list, so fewer than 32 remain.
+        let alive = weakDependents.filter { $0.object != nil }.count
+        #expect(alive < 32, "\(alive) of 1,000 cancelled dependents still alive")
+        harness.queue.isSuspended = false
+        await harness.settle()
+        #expect(weakDependents.allSatisfy { $0.object == nil })
+        _ = blocker
+    }
+
     @Test("a job that depends on a cancelled job runs, and both are freed")
     func dependentOfACancelledJob() async throws {
         let harness = Harness("dependent-of-cancelled")
@@ -620,7 +640,8 @@ struct LeakTests {
                 Built(job: WeakReference(dependent), captured: WeakReference(dependentCapture))
             )
         }()
-        #expect(dependency.bothAlive, "the waiting dependent holds its cancelled dependency")
+        #expect(dependency.job.object != nil, "the waiting dependent holds its cancelled dependency")
+        #expect(dependency.captured.object == nil, "but the cancelled job released its un-run block at once")
         harness.queue.isSuspended = false
         await harness.settle()
         #expect(ran.value == 1)
