@@ -33,8 +33,9 @@ public final class BlockJob: Job, @unchecked Sendable {
         engineLock.unlock()
     }
 
-    /// The blocks the job will run. Empty once it has started: the blocks are released as they are
-    /// taken, which also breaks reference cycles through blocks that capture the job.
+    /// The blocks the job will run. Empty once it has started or finished: the blocks are released
+    /// as they are taken (or, for a job cancelled before it started, when it finishes), which also
+    /// breaks reference cycles through blocks that capture the job.
     public var executionBlocks: [@Sendable () -> Void] {
         engineLock.withLock {
             // Once started, the blocks belong to the running thread; do not touch them here.
@@ -60,9 +61,12 @@ public final class BlockJob: Job, @unchecked Sendable {
     }
 
     override func _discardWorkLocked(_ actions: inout _Actions) {
-        actions.releaseAfterUnlocking((firstBlock, moreBlocks))
+        actions.releaseAfterUnlocking(block: firstBlock)
         firstBlock = nil
-        moreBlocks = []
+        if !moreBlocks.isEmpty {
+            actions.releaseAfterUnlocking(moreBlocks)
+            moreBlocks = []
+        }
     }
 
     public override func execute() {

@@ -44,6 +44,9 @@ struct _Actions {
     private var touchedQueue: Unmanaged<JobQueue>?
     /// The first list of jobs dropped under the lock, released after unlocking.
     private var released: [Job]?
+    /// The first un-run block of a cancelled job, released after unlocking; inline so that
+    /// cancelling a `BlockJob` allocates nothing.
+    private var releasedBlock: (@Sendable () -> Void)?
     /// Everything less common, allocated on first use.
     private var overflow: _ActionsOverflow?
 
@@ -111,6 +114,17 @@ struct _Actions {
         more.releasedObjects.append(object)
     }
 
+    /// Keeps `block` alive until `perform()`, so that whatever it captured is freed after unlocking.
+    @inline(__always)
+    mutating func releaseAfterUnlocking(block: (@Sendable () -> Void)?) {
+        guard let block else { return }
+        if releasedBlock == nil {
+            releasedBlock = block
+        } else {
+            more.releasedObjects.append(block)
+        }
+    }
+
     /// Releases the queue's self-retain after unlocking.
     mutating func releaseAfterUnlocking(_ queue: JobQueue) {
         more.releasedQueues.append(queue)
@@ -142,6 +156,7 @@ struct _Actions {
     @inline(__always)
     mutating func perform() {
         released = nil
+        releasedBlock = nil
         if let overflow {
             self.overflow = nil
             overflow.perform()
