@@ -98,7 +98,7 @@ extension JobQueue {
                 _waiters = []
             }
             // Balance the retain taken in `_linkLocked` when the queue gained its first job.
-            actions.releaseAfterUnlocking(self)
+            actions.releaseSelfRetainAfterUnlocking(of: self)
         }
     }
 

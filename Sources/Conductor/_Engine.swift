@@ -126,7 +126,7 @@ struct _Actions {
     }
 
     /// Releases the queue's self-retain after unlocking.
-    mutating func releaseAfterUnlocking(_ queue: JobQueue) {
+    mutating func releaseSelfRetainAfterUnlocking(of queue: JobQueue) {
         more.releasedQueues.append(queue)
     }
 
