@@ -155,13 +155,12 @@ public final class TaskJob: Job, @unchecked Sendable {
         engineLock.unlock()
         guard let body else { return _finish() }
         let queue = JobQueue.current
+        // The task takes the body out of the box, so the body (and whatever it captured) is
+        // released when it returns, before `complete` wakes the job's waiters.
+        let work = _TaskWork(body)
         let task = Task(priority: priority) { [self] in
-            do {
-                try await JobQueue.$_taskQueue.withValue(queue) { try await body() }
-                complete(with: nil)
-            } catch {
-                complete(with: error)
-            }
+            let error = await TaskJob.run(work.take(), on: queue)
+            complete(with: error)
         }
         engineLock.lock()
         self.task = task
@@ -169,6 +168,17 @@ public final class TaskJob: Job, @unchecked Sendable {
         engineLock.unlock()
         if cancelled {
             task.cancel()
+        }
+    }
+
+    /// Runs `body` with `queue` as `JobQueue.current`; returns what it threw.
+    private static func run(_ body: (@Sendable () async throws -> Void)?, on queue: JobQueue?) async -> (any Error)? {
+        guard let body else { return nil }
+        do {
+            try await JobQueue.$_taskQueue.withValue(queue) { try await body() }
+            return nil
+        } catch {
+            return error
         }
     }
 
@@ -196,5 +206,21 @@ public final class TaskJob: Job, @unchecked Sendable {
         actions.planWorkersLocked()
         engineLock.unlock()
         actions.perform()
+    }
+}
+
+/// Hands a `TaskJob`'s body to its task, which takes it out exactly once.
+// @unchecked Sendable: `body` is written once, before the task is created, and read and cleared once,
+// by that task; task creation orders the two.
+private final class _TaskWork: @unchecked Sendable {
+    private var body: (@Sendable () async throws -> Void)?
+
+    init(_ body: @escaping @Sendable () async throws -> Void) {
+        self.body = body
+    }
+
+    func take() -> (@Sendable () async throws -> Void)? {
+        defer { body = nil }
+        return body
     }
 }

@@ -591,6 +591,24 @@ struct LeakTests {
 
     // MARK: Dependencies
 
+    @Test("a TaskJob's body and what it captured are freed before its waiters wake")
+    func taskJobBodyIsFreedBeforeWaitersWake() async {
+        let queue = JobQueue(name: "task-body")
+        let (job, captured): (TaskJob, WeakReference<Tracked>) = {
+            let tracked = Tracked()
+            return (TaskJob { _ = tracked }, WeakReference(tracked))
+        }()
+        // Observers get `.finished` inside the task's call to finish the job, before its closure
+        // returns: checking there tells a body released first from one the closure still holds.
+        let freedWhenFinished = Log<Bool>()
+        job.observe { event in
+            if event == .finished { freedWhenFinished.append(captured.object == nil) }
+        }
+        queue.addJob(job)
+        await job.waitUntilFinished()
+        #expect(freedWhenFinished.values == [true])
+    }
+
     @Test("a long-running job does not accumulate its cancelled dependents")
     func cancelledDependentsOfAnUnfinishedJobAreFreed() async {
         let harness = Harness("cancelled-dependents")
