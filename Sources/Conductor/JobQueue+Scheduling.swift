@@ -132,7 +132,7 @@ extension JobQueue {
         return job
     }
 
-    /// How many workers to dispatch now (0 or 1), counting them as idle until they run.
+    /// Whether to dispatch a worker now, counting it as idle until it runs.
     ///
     /// At most one worker per queue waits to run at any time. When it runs and claims a job, it
     /// plans again, so if more work and slots remain it hands the baton to one more worker before
@@ -142,14 +142,14 @@ extension JobQueue {
     ///
     /// Liveness: whenever the queue is not suspended, has a free slot and a ready job, either a
     /// worker is waiting to run (and will claim), or one is running a job (and will claim after
-    /// it), or this returns 1. `Model/Lifecycle.pml` checks this rule for deadlocks.
-    func _workersToStartLocked() -> Int {
+    /// it), or this returns `true`. `Model/Lifecycle.pml` checks this rule for deadlocks.
+    func _shouldStartWorkerLocked() -> Bool {
         if _waitingWorkers > 0 && _executing < _limit {
             _wakeups.add(1, ordering: .releasing)  // a slot is free: wake the waiting worker
         }
-        guard !_isSuspended, _idleWorkers == 0, _executing < _limit, _ready.count > 0 else { return 0 }
+        guard !_isSuspended, _idleWorkers == 0, _executing < _limit, _ready.count > 0 else { return false }
         _idleWorkers = 1
-        return 1
+        return true
     }
 
     var _dispatchTargetLocked: DispatchQueue {

@@ -130,7 +130,7 @@ struct _Actions {
         more.releasedQueues.append(queue)
     }
 
-    /// Decides, for every touched queue, how many workers to start. Call with the engine lock held.
+    /// Decides, for every touched queue, whether to start a worker. Call with the engine lock held.
     @inline(__always)
     mutating func planWorkersLocked() {
         guard let first = touchedQueue else { return }
@@ -146,9 +146,8 @@ struct _Actions {
         #if CONDUCTOR_INVARIANTS
             queue._checkInvariantsLocked()
         #endif
-        let count = queue._workersToStartLocked()
-        if count > 0 {
-            more.workerStarts.append((queue._dispatchTargetLocked, queue, queue._workerGeneration, count))
+        if queue._shouldStartWorkerLocked() {
+            more.workerStarts.append((queue._dispatchTargetLocked, queue, queue._workerGeneration))
         }
     }
 
@@ -167,7 +166,7 @@ struct _Actions {
 /// The less common parts of `_Actions`.
 final class _ActionsOverflow {
     var touchedQueues: [JobQueue] = []
-    var workerStarts: [(target: DispatchQueue, queue: JobQueue, generation: UInt64, count: Int)] = []
+    var workerStarts: [(target: DispatchQueue, queue: JobQueue, generation: UInt64)] = []
     var deliveries: [Job] = []
     var waiters: [_Waiter] = []
     var released: [[Job]] = []
@@ -184,9 +183,7 @@ final class _ActionsOverflow {
         for start in workerStarts {
             let queue = start.queue
             let generation = start.generation
-            for _ in 0..<start.count {
-                start.target.async { queue._runWorker(generation: generation) }
-            }
+            start.target.async { queue._runWorker(generation: generation) }
         }
         for job in deliveries {
             job._deliverEvents()

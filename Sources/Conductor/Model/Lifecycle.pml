@@ -156,7 +156,7 @@ inline claimNext(j) {
     fi
 }
 
-/* _Actions.planWorkersLocked / JobQueue._workersToStartLocked, and perform() dispatching the
+/* _Actions.planWorkersLocked / JobQueue._shouldStartWorkerLocked, and perform() dispatching the
  * worker: at most one worker waits to run at a time. */
 inline planWorkers() {
     if
