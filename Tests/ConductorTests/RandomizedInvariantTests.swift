@@ -187,7 +187,7 @@ private final class JobProbe: Sendable {
             log.record(
                 "\(label): \(now) jobs in flight on queue \(queue.index), more than the limit bound \(queue.bound)")
         }
-        atomicMax(queue.maxInFlight, now)
+        queue.maxInFlight.max(now, ordering: .relaxed)
     }
 
     /// Called last in the job's work; for an asynchronous job, just before it calls finish().
@@ -247,15 +247,6 @@ private final class JobProbe: Sendable {
             packed >>= 3
         }
         return codes.reversed()
-    }
-}
-
-private func atomicMax(_ atomic: borrowing Atomic<Int>, _ value: Int) {
-    var current = atomic.load(ordering: .relaxed)
-    while value > current {
-        let (exchanged, original) = atomic.compareExchange(expected: current, desired: value, ordering: .relaxed)
-        if exchanged { return }
-        current = original
     }
 }
 
