@@ -17,7 +17,8 @@ let package = Package(
             // The spin model of the lifecycle (checked by .ci/check-model) lives beside the code it mirrors.
             exclude: ["Model"],
             swiftSettings: [
-                // Internal invariant checks (`_checkInvariants()`), on in debug builds and so in `swift test`.
+                // Internal invariant checks (`_checkInvariantsLocked()` and friends), on in debug builds and so in
+                // `swift test`.
                 .define("CONDUCTOR_INVARIANTS", .when(configuration: .debug))
             ]
         ),
@@ -36,6 +37,13 @@ let package = Package(
         .testTarget(
             name: "ConductorFoundationTests",
             dependencies: ["ConductorFoundation", "Conductor", "ConductorTestSupport"]
+        ),
+        // Triggers one misuse trap by name, so that CI can check a release build prints its message
+        // (`.ci/check-release-traps`). Not a product.
+        .executableTarget(
+            name: "conductor-trap-probe",
+            dependencies: ["Conductor"],
+            path: "Tests/TrapProbe"
         ),
         // Side-by-side benchmarks against Foundation, Dispatch and TaskGroup: `swift run -c release conductor-bench`.
         .executableTarget(

@@ -87,6 +87,10 @@ struct Harness {
             } else if let systemTrials = trials[system], let first = systemTrials.first {
                 result.measurements[index].outcome = .measured(Stats(systemTrials, metric: scenario.metric))
                 result.measurements[index].jobs = first.jobs
+                let blocks = systemTrials.compactMap(\.waiterBlocksPerBatch).sorted()
+                if blocks.count == systemTrials.count, let most = blocks.last {
+                    result.measurements[index].waiterBlocksPerBatch = (Stats.median(blocks), most)
+                }
             }
             if let plan = plans[system] {
                 result.measurements[index].note = plan.note

@@ -39,6 +39,10 @@ extension Report {
                 if let method = measurement.method { fields.append(("method", .string(method))) }
                 if let note = measurement.note { fields.append(("note", .string(note))) }
                 if measurement.reducedSize { fields.append(("reduced_size", .bool(true))) }
+                if let blocks = measurement.waiterBlocksPerBatch {
+                    fields.append(("waiter_blocks_per_batch", .number(blocks.median)))
+                    fields.append(("max_waiter_blocks_per_batch", .number(blocks.max)))
+                }
                 results.append(.object(fields))
             }
         }

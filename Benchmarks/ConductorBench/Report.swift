@@ -59,6 +59,11 @@ enum Report {
             if let note = measurement.note {
                 notes.append(note)
             }
+            if let blocks = measurement.waiterBlocksPerBatch {
+                notes.append(
+                    "\(name): the waiting thread blocked \(Format.figure(blocks.median)) times per batch (median of "
+                        + "runs; most \(Format.figure(blocks.max)); its voluntary context switches)")
+            }
             rows.append(row)
         }
         if foundationReduced {

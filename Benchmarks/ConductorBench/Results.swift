@@ -71,6 +71,9 @@ struct Measurement {
     var reducedSize = false
     /// How Foundation's time grew with size between its two largest probes (time ∝ size^k).
     var growthExponent: Double?
+    /// How many times the waiting thread blocked per batch, where counted: the median and the most
+    /// over the runs.
+    var waiterBlocksPerBatch: (median: Double, max: Double)?
 
     var stats: Stats? {
         if case .measured(let stats) = outcome { stats } else { nil }

@@ -44,6 +44,9 @@ struct Trial {
     var perJob: Double
     /// Latency samples in nanoseconds (`latency` only).
     var samples: [Double] = []
+    /// How many times the waiting thread blocked per batch (`batch-chain` and `batch-fan`, where
+    /// ``ThreadBlocks`` counts them).
+    var waiterBlocksPerBatch: Double?
     /// Why the result is wrong, or `nil` when every check passed.
     var failure: String?
 
@@ -78,7 +81,8 @@ struct Scenario {
     /// One line saying what is measured.
     let summary: String
     let metric: Metric
-    /// The size parameter: jobs, except `fan` (its width) and `latency` (samples).
+    /// The size parameter: jobs, except `fan` and `batch-fan` (the fan's width), `batch-chain` (the
+    /// chain's length) and `latency` (samples).
     let size: Int
     /// How a size reads in notes: "10,000 jobs", "fan width 10,000".
     let describe: (Int) -> String
@@ -99,7 +103,10 @@ struct Scenario {
 }
 
 /// The stable scenario ids, in run order.
-let scenarioIDs = ["noop", "serial", "chain", "fan", "dag", "cancel", "async", "producers", "latency", "memory"]
+let scenarioIDs = [
+    "noop", "serial", "chain", "fan", "dag", "batch-chain", "batch-fan", "cancel", "async", "producers", "exclusive",
+    "group", "latency", "memory",
+]
 
 /// Scenario sizes: the full defaults, or small ones for a CI smoke run (`--quick`).
 struct Sizes {
@@ -108,10 +115,16 @@ struct Sizes {
     var chain = 10_000
     var fanWidth = 10_000
     var dag = 100_000
+    /// The chain length and fan width of the batch scenarios; each runs `Batch.repetitions` batches.
+    var batchChain = 2_000
+    var batchFanWidth = 2_000
     var cancel = 100_000
     var async = 100_000
     /// Jobs added by each of the two producer threads.
     var producerJobs = 100_000
+    /// Jobs of `exclusive`, and groups (of `Groups.children` children) of `group`.
+    var exclusive = 100_000
+    var groups = 1_000
     var latencySamples = 10_000
     var memory = 1_000_000
     /// Conductor's chain lengths for the scaling sweep.
@@ -123,15 +136,18 @@ struct Sizes {
     static let full = Sizes()
 
     static let quick = Sizes(
-        noop: 2_000, serial: 2_000, chain: 500, fanWidth: 500, dag: 2_000, cancel: 2_000, async: 2_000,
-        producerJobs: 1_000, latencySamples: 500, memory: 10_000, chainSweep: [1_000, 10_000],
+        noop: 2_000, serial: 2_000, chain: 500, fanWidth: 500, dag: 2_000, batchChain: 500, batchFanWidth: 500,
+        cancel: 2_000, async: 2_000,
+        producerJobs: 1_000, exclusive: 2_000, groups: 20, latencySamples: 500, memory: 10_000,
+        chainSweep: [1_000, 10_000],
         foundationSweepStart: 250, foundationSweepMax: 1_000)
 
     func scenarios() -> [Scenario] {
         [
             .noop(size: noop), .serial(size: serial), .chain(size: chain), .fan(width: fanWidth), .dag(size: dag),
-            .cancel(size: cancel), .async(size: async), .producers(perThread: producerJobs),
-            .latency(samples: latencySamples), .memory(size: memory),
+            .batchChain(length: batchChain), .batchFan(width: batchFanWidth), .cancel(size: cancel),
+            .async(size: async), .producers(perThread: producerJobs), .exclusive(size: exclusive),
+            .group(groups: groups), .latency(samples: latencySamples), .memory(size: memory),
         ]
     }
 }

@@ -23,6 +23,10 @@ struct Target {
         targets.append(faster(run, "chain", than: .foundation, by: 1_000))
         targets.append(faster(run, "fan", than: .foundation, by: 1_000))
         targets.append(chainScaling(run))
+        targets.append(batchAsCheap(run, "batch-chain", as: "chain", within: 1.5))
+        targets.append(batchAsCheap(run, "batch-fan", as: "fan", within: 1.5))
+        targets.append(batchWaiterBlocks(run, "batch-chain", atMost: 2))
+        targets.append(batchWaiterBlocks(run, "batch-fan", atMost: 2))
         targets.append(faster(run, "cancel", than: .foundation, by: 10))
         targets.append(faster(run, "async", than: .foundation, by: 5))
         targets.append(memory(run, atMost: 250))
@@ -73,6 +77,63 @@ struct Target {
                 "\(Format.figure(conductor)) vs \(Format.figure(other)) ns/job (\(baseline.rawValue) / "
                 + "Conductor = \(Format.ratio(other / conductor)))"
         )
+    }
+
+    /// Conductor's ns per job in a batch scenario (`addJobs(_:waitUntilFinished: true)`) is within
+    /// `factor` of its ns per job in the plain scenario (`addJobs` then `waitUntilAllJobsAreFinished()`),
+    /// both from this run: a batch wait wakes its waiter once, not once per job.
+    private static func batchAsCheap(_ run: BenchmarkRun, _ id: String, as plainID: String, within factor: Double)
+        -> Target
+    {
+        let goal =
+            "Conductor's ns/job within \(Format.ratio(factor)) of its \(plainID) ns/job "
+            + "(waitUntilAllJobsAreFinished)"
+        guard let scenario = run.scenario(id) else {
+            return Target(scenario: id, goal: goal, verdict: .notRun, detail: "not run")
+        }
+        guard let plain = run.scenario(plainID) else {
+            return Target(
+                scenario: id, goal: goal, verdict: .notRun,
+                detail: "\(plainID) not run (--filter \(id),\(plainID) runs both)")
+        }
+        for candidate in [scenario, plain] {
+            if let problem = problem(candidate, [.conductor]) {
+                return Target(scenario: id, goal: goal, verdict: problem.0, detail: "\(candidate.id): \(problem.1)")
+            }
+        }
+        let batch = scenario.measurement(.conductor)!.stats!.median
+        let reference = plain.measurement(.conductor)!.stats!.median
+        let ratio = batch / reference
+        return Target(
+            scenario: id, goal: goal, verdict: ratio <= factor ? .pass : .miss,
+            detail:
+                "\(Format.figure(batch)) vs \(Format.figure(reference)) ns/job (\(id) / \(plainID) = "
+                + "\(Format.ratio(ratio)))")
+    }
+
+    /// Conductor's waiting thread blocks at most `limit` times per batch in
+    /// `addJobs(_:waitUntilFinished: true)`, in every run: the batch wait wakes it once, not once per
+    /// job. Unlike ``batchAsCheap(_:_:as:within:)``, this depends little on the machine's load. It
+    /// judges the most of the runs because a wait that goes job by job does not always block: when
+    /// the workers stay ahead of it, it finds each job finished.
+    private static func batchWaiterBlocks(_ run: BenchmarkRun, _ id: String, atMost limit: Double) -> Target {
+        let goal = "Conductor's waiting thread blocks ≤ \(Format.count(Int(limit))) times per batch in every run"
+        guard let scenario = run.scenario(id) else {
+            return Target(scenario: id, goal: goal, verdict: .notRun, detail: "not run")
+        }
+        if let problem = problem(scenario, [.conductor]) {
+            return Target(scenario: id, goal: goal, verdict: problem.0, detail: problem.1)
+        }
+        guard let blocks = scenario.measurement(.conductor)?.waiterBlocksPerBatch else {
+            return Target(
+                scenario: id, goal: goal, verdict: .notRun, detail: "not counted on this platform (Linux only)")
+        }
+        var detail = "most \(Format.figure(blocks.max)), median \(Format.figure(blocks.median)) times per batch"
+        let others = [System.dispatch, .foundation].compactMap { system in
+            scenario.measurement(system)?.waiterBlocksPerBatch.map { "\(system.rawValue) \(Format.figure($0.max))" }
+        }
+        if !others.isEmpty { detail += " (most: " + others.joined(separator: ", ") + ")" }
+        return Target(scenario: id, goal: goal, verdict: blocks.max <= limit ? .pass : .miss, detail: detail)
     }
 
     /// Conductor's chain ns per job stays within 2× across the sweep.

@@ -1,4 +1,4 @@
-/// A job whose work completes after ``execute()`` returns.
+/// A job whose work completes after ``Job/execute()`` returns.
 ///
 /// `execute()` starts the work; the job stays executing, holding its queue slot, until ``finish()``
 /// is called, from any thread. Dependents start only after `finish()`, and a queue with
@@ -31,5 +31,14 @@ open class AsynchronousJob: Job, @unchecked Sendable {
     /// - Complexity: O(dependents).
     public final func finish() {
         _finish()
+    }
+
+    /// Marks the job finished with a failure: its ``Job/outcome`` is `.failed(error)` (or, for
+    /// `CancellationError`, `.cancelled`), and dependents that require its success are cancelled.
+    /// Otherwise as ``finish()``: the first call while executing counts, later ones are ignored.
+    ///
+    /// - Complexity: O(dependents), plus the cancellations it causes.
+    public final func finish(throwing error: any Error) {
+        _finish(failure: error)
     }
 }

@@ -20,10 +20,10 @@ public final class BlockJob: Job, @unchecked Sendable {
     /// Adds a block to run. Adding one after the job has started is a programming error and traps.
     public func addExecutionBlock(_ block: @escaping @Sendable () -> Void) {
         engineLock.lock()
-        guard _state == .pending || _state == .ready else {
+        guard _lifecycle.isUnstarted else {
             let name = _describeLocked
             engineLock.unlock()
-            preconditionFailure("BlockJob.addExecutionBlock(_:): '\(name)' has already started or finished")
+            _trap("BlockJob.addExecutionBlock(_:): '\(name)' has already started or finished")
         }
         if firstBlock == nil {
             firstBlock = block
@@ -39,7 +39,7 @@ public final class BlockJob: Job, @unchecked Sendable {
     public var executionBlocks: [@Sendable () -> Void] {
         engineLock.withLock {
             // Once started, the blocks belong to the running thread; do not touch them here.
-            guard _state == .pending || _state == .ready, let firstBlock else { return [] }
+            guard _lifecycle.isUnstarted, let firstBlock else { return [] }
             return [firstBlock] + moreBlocks
         }
     }
@@ -122,105 +122,40 @@ public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
 ///
 /// The job holds its queue slot until the body returns, so a limit of 1 serializes `async` work.
 /// ``cancel()`` cancels the task (cooperatively, as usual in Swift concurrency). A body that throws
-/// `CancellationError` leaves the job cancelled; any other error is kept in ``error``.
-/// ``JobQueue/current`` inside the body is the queue that started the job.
+/// `CancellationError` leaves the job cancelled (``Job/outcome`` `.cancelled`, with the job's reason
+/// if it was cancelled first); any other error fails it (`.failed`, and kept in ``error``).
+/// ``JobQueue/current`` inside the body is the queue that started the job. The body may be
+/// `@MainActor` or isolated to any actor, as any `Task`'s may.
+///
+/// For work that produces a value for its dependents, use ``ValueJob``.
 public final class TaskJob: Job, @unchecked Sendable {
-    // Guarded by engineLock.
-    @exclusivity(unchecked) private var body: (@Sendable () async throws -> Void)?
-    @exclusivity(unchecked) private var task: Task<Void, Never>?
-    @exclusivity(unchecked) private var _error: (any Error)?
-    private let priority: TaskPriority?
+    // @unchecked Sendable: `runner` is immutable and keeps its state under `engineLock`.
+    private let runner: _TaskRunner
 
     /// Creates a job that runs `body` in a `Task` with the given priority.
     public init(priority: TaskPriority? = nil, _ body: @escaping @Sendable () async throws -> Void) {
-        self.body = body
-        self.priority = priority
+        runner = _TaskRunner(priority: priority, body)
         super.init(finishesWhenExecuteReturns: false)
     }
 
     /// The error the body threw, other than `CancellationError`; `nil` if it returned normally.
+    /// The same error as in ``Job/outcome``'s `.failed`.
     public var error: (any Error)? {
-        engineLock.withLock { _error }
+        engineLock.withLock { _lifecycle.outcome == .failed ? _outcomeDetails?.error : nil }
     }
 
+    override var _taskRunner: _TaskRunner? { runner }
+
     override func _discardWorkLocked(_ actions: inout _Actions) {
-        actions.releaseAfterUnlocking(body as Any)
-        body = nil
+        runner.discardLocked(&actions)
     }
 
     public override func execute() {
-        engineLock.lock()
-        let body = self.body
-        self.body = nil
-        engineLock.unlock()
-        guard let body else { return _finish() }
-        let queue = JobQueue.current
-        // The task takes the body out of the box, so the body (and whatever it captured) is
-        // released when it returns, before `complete` wakes the job's waiters.
-        let work = _TaskWork(body)
-        let task = Task(priority: priority) { [self] in
-            let error = await TaskJob.run(work.take(), on: queue)
-            complete(with: error)
-        }
-        engineLock.lock()
-        self.task = task
-        let cancelled = _isCancelled
-        engineLock.unlock()
-        if cancelled {
-            task.cancel()
-        }
-    }
-
-    /// Runs `body` with `queue` as `JobQueue.current`; returns what it threw.
-    private static func run(_ body: (@Sendable () async throws -> Void)?, on queue: JobQueue?) async -> (any Error)? {
-        guard let body else { return nil }
-        do {
-            try await JobQueue.$_taskQueue.withValue(queue) { try await body() }
-            return nil
-        } catch {
-            return error
-        }
+        runner.start(self)
     }
 
     public override func cancel() {
         super.cancel()
-        engineLock.lock()
-        let task = self.task
-        engineLock.unlock()
-        task?.cancel()
-    }
-
-    private func complete(with error: (any Error)?) {
-        var actions = _Actions()
-        engineLock.lock()
-        task = nil
-        if error is CancellationError {
-            if !_isCancelled {
-                _isCancelled = true
-                _postLocked(.cancelled, &actions)
-            }
-        } else {
-            _error = error
-        }
-        _finishLocked(&actions)
-        actions.planWorkersLocked()
-        engineLock.unlock()
-        actions.perform()
-    }
-}
-
-/// Hands a `TaskJob`'s body to its task, which takes it out exactly once.
-// @unchecked Sendable: `body` is written once, before the task is created, and read and cleared once,
-// by that task; task creation orders the two.
-private final class _TaskWork: @unchecked Sendable {
-    private var body: (@Sendable () async throws -> Void)?
-
-    init(_ body: @escaping @Sendable () async throws -> Void) {
-        self.body = body
-    }
-
-    func take() -> (@Sendable () async throws -> Void)? {
-        defer { body = nil }
-        return body
+        runner.cancelTask()
     }
 }

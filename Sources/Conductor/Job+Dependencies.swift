@@ -1,29 +1,69 @@
 extension Job {
-    /// Makes this job wait until `job` finishes.
+    /// Makes this job wait until `job` finishes, whatever its outcome (``DependencyPolicy/afterFinish``).
+    ///
+    /// The same as ``addDependency(_:policy:)`` with `.afterFinish`: Foundation's semantics.
+    ///
+    /// - Parameter job: The job to wait for.
+    /// - Throws: As ``addDependency(_:policy:)``.
+    /// - Complexity: As ``addDependency(_:policy:)``.
+    public func addDependency(_ job: Job) throws(JobError) {
+        try addDependency(job, policy: .afterFinish)
+    }
+
+    /// Makes this job wait until `job` finishes; with ``DependencyPolicy/requireSuccess``, only a
+    /// successful `job` lets it run.
     ///
     /// Dependencies may be added before or after either job is enqueued, and across queues. A
     /// dependency on a job that has already finished (including one cancelled) is satisfied at
-    /// once. Adding the same dependency twice does nothing.
+    /// once, except that under `.requireSuccess` a dependency that already failed or was cancelled
+    /// cancels this job at once. Adding the same dependency again does nothing, whatever the
+    /// policy: the first one stays.
     ///
-    /// - Parameter job: The job to wait for.
+    /// Under `.requireSuccess`, when `job` fails or is cancelled this job is cancelled without
+    /// running, with reason ``CancellationReason/Code/dependencyFailed`` or
+    /// ``CancellationReason/Code/dependencyCancelled`` naming `job`; its own `.requireSuccess`
+    /// dependents follow, and so on through the graph, across queues, in O(edges).
+    ///
+    /// - Parameters:
+    ///   - job: The job to wait for.
+    ///   - policy: Whether this job runs whatever `job`'s outcome (`.afterFinish`), or only if
+    ///     `job` succeeds (`.requireSuccess`).
     /// - Throws: `JobError` with code `.dependencyCycle`, naming the jobs on the cycle, if `job`
     ///   already waits (directly or through other jobs) for this one, or is this job; and
     ///   `.alreadyStarted` if this job has started or finished. The graph is unchanged when it throws.
     /// - Complexity: O(1) amortized when `job` was created before this job, or otherwise already
     ///   ordered before it; otherwise O(size of the affected region) by the Pearce–Kelly algorithm.
     ///   Plus O(number of dependencies) for the duplicate check.
-    public func addDependency(_ job: Job) throws(JobError) {
+    public func addDependency(_ job: Job, policy: DependencyPolicy) throws(JobError) {
         var actions = _Actions()
         engineLock.lock()
-        defer {
+        do {
+            try _addDependencyLocked(job, policy: policy, &actions)
+        } catch {
             engineLock.unlock()
             actions.perform()
+            throw error
         }
+        // Planning matters only when the edge cancelled this job (a `.requireSuccess` edge to a job
+        // that already failed); otherwise nothing was touched and it costs one check.
+        actions.planWorkersLocked()
+        engineLock.unlock()
+        actions.perform()
+    }
+
+    @inline(__always)
+    func _addDependencyLocked(
+        _ job: Job, policy: DependencyPolicy, _ actions: inout _Actions
+    ) throws(JobError) {
         if job === self {
             throw JobError(code: .dependencyCycle, jobs: [self])
         }
-        guard _state == .pending || _state == .ready else {
-            throw JobError(code: .alreadyStarted, jobs: [self, job])
+        guard _lifecycle.isUnstarted else {
+            let situation =
+                _state == .executing
+                ? "has already started"
+                : _lifecycle.didStart ? "has already finished" : "was cancelled before it started"
+            throw JobError(code: .alreadyStarted, jobs: [self, job], situation: situation)
         }
         if _hasDependencyLocked(job) {
             return
@@ -33,17 +73,37 @@ extension Job {
                 throw JobError(code: .dependencyCycle, jobs: cycle)
             }
             job._dependents.append(self)
-            _blockers += 1
             #if CONDUCTOR_INVARIANTS
-                _DependencyGraph.checkInvariantsLocked(around: self)
-                _DependencyGraph.checkInvariantsLocked(around: job)
+                _DependencyGraph.checkInvariantsLocked(edgeFrom: job, to: self)
             #endif
-            if _state == .ready {
-                _becomePendingLocked(&actions)
+            if _lifecycle.dependencyAdded() == .leftReady, let queue = _queue {
+                queue._withUnsafeGuaranteedRef { $0._jobLeftReadyLocked(self, &actions) }
+            }
+            if let extras = _extras {
+                if _isExclusive {
+                    _leaveExclusivityLineLocked(extras, &actions)
+                }
+                if extras.conditionsEvaluating {
+                    // The conditions must be evaluated after this dependency too.
+                    extras.conditionsGeneration &+= 1
+                }
+            }
+            if policy == .requireSuccess {
+                // Identities are safe: `_dependencies` holds the job while this one is unfinished.
+                let extras = _extrasLocked
+                if extras.requiredDependencies == nil {
+                    extras.requiredDependencies = []
+                }
+                extras.requiredDependencies!.insert(ObjectIdentifier(job))
             }
         }
         _dependencies.append(job)
         _extras?.dependencySet?.insert(ObjectIdentifier(job))
+        if policy == .requireSuccess, let outcome = job._lifecycle.outcome, outcome != .succeeded {
+            // The dependency already failed or was cancelled: this job never runs.
+            actions.cancelLater(self, because: job, outcome)
+            actions.cancelDependentsLocked()
+        }
     }
 
     /// Whether `job` is already a dependency. O(1) amortized: a short list is scanned, a long one
@@ -71,16 +131,14 @@ extension Job {
         if let index = _dependencies.firstIndex(where: { $0 === job }) {
             _dependencies.remove(at: index)
             _extras?.dependencySet?.remove(ObjectIdentifier(job))
+            _extras?.requiredDependencies?.remove(ObjectIdentifier(job))
             // The edge was counted iff `job` is still unfinished: finishing is terminal, and a job
             // that started had no unfinished dependencies.
-            if job._state != .finished, _state == .pending || _state == .ready {
+            if job._state != .finished, _lifecycle.isUnstarted {
                 if let position = job._dependents.firstIndex(where: { $0 === self }) {
                     job._dependents.remove(at: position)
                 }
-                _blockers -= 1
-                if _blockers == 0 && _state == .pending {
-                    _becomeReadyLocked(&actions)
-                }
+                _carryOut(_lifecycle.dependencyRemoved(), &actions)
             }
         }
         actions.planWorkersLocked()

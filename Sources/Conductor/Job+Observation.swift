@@ -21,6 +21,45 @@ final class _JobExtras: @unchecked Sendable {
     var settleQueue: JobQueue?
     /// Identities of the dependencies, kept once a job has many, so duplicate checks stay O(1).
     var dependencySet: Set<ObjectIdentifier>?
+    /// The dependencies added with `.requireSuccess`, while this job is unfinished.
+    var requiredDependencies: Set<ObjectIdentifier>?
+    /// The job's conditions, until it finishes, and the dependencies they generated (added to the
+    /// job's queue with it). `conditionEvaluation` is the task evaluating them, while it runs.
+    var conditions: [any JobCondition] = []
+    var generatedDependencies: [Job] = []
+    var conditionsEvaluating = false
+    var conditionEvaluation: Task<Void, Never>?
+    /// Bumped when a condition or, during an evaluation, a dependency is added: an evaluation that
+    /// started before cannot satisfy the conditions (a failure still counts).
+    var conditionsGeneration: UInt64 = 0
+    /// The job's exclusivity categories, sorted, and its place with them (see
+    /// `_ExclusivityRegistry`): its ticket while it is in line (0 otherwise), whether it was made
+    /// ready again because its turn came, and whether it holds them (while it executes).
+    var exclusivityCategories: [String] = []
+    var parkTicket: UInt64 = 0
+    var exclusivityWoken = false
+    var holdsCategories = false
+    /// Where the job's work runs, if not on its queue's worker (``Job/executionQueue``).
+    var executionQueue: DispatchQueue?
+    /// The categories the job is in line for or holds: its own, less those an ancestor group holds.
+    var lineCategories: [String] = []
+    /// The group this job is a child of (weak: the group's queue of children holds the child).
+    weak var parentGroup: GroupJob?
+    /// The job's time limit (``Job/timeout``), and the timer counting it down while it executes.
+    var timeout: Duration?
+    var timer: DispatchSourceTimer?
+
+    /// Whether finishing has user code to run (observers, a completion block) or must go through the
+    /// delivery already running on another thread, so that events keep their order.
+    var hasCallbacks: Bool {
+        !observers.isEmpty || completionBlock != nil || isDelivering
+    }
+
+    /// Hands the waiters to `actions`, to be woken after unlocking.
+    func resumeWaiters(_ actions: inout _Actions) {
+        actions.resume(waiters)
+        waiters = []
+    }
 }
 
 extension Job {
@@ -30,6 +69,11 @@ extension Job {
         let extras = _JobExtras()
         _extras = extras
         return extras
+    }
+
+    /// Whether the job counts in the batch wait of an `addJobs(_:waitUntilFinished: true)`. For tests.
+    package var _countsInABatchWait: Bool {
+        engineLock.withLock { _batch != nil }
     }
 
     /// Calls `handler` with each lifecycle event that happens after this call.
@@ -55,6 +99,18 @@ extension Job {
         }
     }
 
+    /// Registers `handler` unless the job has finished; returns whether it did. Lets the engine's
+    /// own composite jobs check a job and observe it in one critical section. Call with
+    /// `engineLock` held.
+    func _observeLocked(_ handler: @escaping @Sendable (JobEvent) -> Void) -> Bool {
+        guard _state != .finished else { return false }
+        let extras = _extrasLocked
+        let token = JobObserverToken(id: extras.nextObserverID)
+        extras.nextObserverID += 1
+        extras.observers.append((token, handler))
+        return true
+    }
+
     /// Removes an observer. An event already being delivered may still reach it.
     ///
     /// - Complexity: O(observers).
@@ -71,9 +127,9 @@ extension Job {
 
     /// A block run exactly once after the job finishes, then released.
     ///
-    /// It runs after the observers have been told `.finished` and before ``waitUntilFinished()``
-    /// returns and before the queue counts the job as settled for
-    /// ``JobQueue/waitUntilAllJobsAreFinished()``. It may run concurrently with the job's
+    /// It runs after the observers have been told `.finished` and before
+    /// ``waitUntilFinished()-4wm0y`` returns and before the queue counts the job as settled for
+    /// ``JobQueue/waitUntilAllJobsAreFinished()-2gk69``. It may run concurrently with the job's
     /// dependents, which are released when the job finishes. Setting it on a finished job releases
     /// the block without running it.
     public var completionBlock: (@Sendable () -> Void)? {
@@ -102,12 +158,7 @@ extension Job {
             engineLock.unlock()
             return
         }
-        if _ThreadContext.job === self {
-            let name = _describeLocked
-            engineLock.unlock()
-            preconditionFailure(
-                "Job.waitUntilFinished(): '\(name)' waits for itself from its own work; it would never return")
-        }
+        _trapIfWaitingForItselfLocked()
         let semaphore = DispatchSemaphore(value: 0)
         _extrasLocked.waiters.append(.semaphore(semaphore))
         engineLock.unlock()
@@ -125,9 +176,20 @@ extension Job {
                 continuation.resume()
                 return
             }
+            _trapIfWaitingForItselfLocked()
             _extrasLocked.waiters.append(.continuation(continuation))
             engineLock.unlock()
         }
+    }
+
+    /// Traps, after unlocking, when the caller is this job's own work: a synchronous job's
+    /// `execute()` on this thread, or a ``TaskJob``'s body in the current task. Call with
+    /// `engineLock` held, for a job that has not settled.
+    private func _trapIfWaitingForItselfLocked() {
+        guard _ThreadContext.job === self || _TaskRunner.bodyJobOfCurrentTaskLocked() === self else { return }
+        let name = _describeLocked
+        engineLock.unlock()
+        _trap("Job.waitUntilFinished(): '\(name)' waits for itself from its own work; it would never return")
     }
 
     // MARK: Delivery
@@ -157,7 +219,7 @@ extension Job {
         let extras = _extras!
         while !extras.pendingEvents.isEmpty {
             let event = extras.pendingEvents.removeFirst()
-            let observers = extras.observers
+            var observers = extras.observers
             if event == .finished {
                 extras.observers = []
                 let completion = extras.completionBlock
@@ -170,6 +232,8 @@ extension Job {
             }
             engineLock.unlock()
             for observer in observers { observer.handler(event) }
+            // Released before locking: an observer removed meanwhile may be held only here.
+            observers = []
             engineLock.lock()
         }
         extras.isDelivering = false
@@ -181,8 +245,8 @@ extension Job {
         var actions = _Actions()
         engineLock.lock()
         _callbacksPending = false
-        actions.resume(extras.waiters)
-        extras.waiters = []
+        extras.resumeWaiters(&actions)
+        _countSettledInBatchLocked(&actions)
         extras.isDelivering = false
         if let queue = extras.settleQueue {
             extras.settleQueue = nil

@@ -29,23 +29,39 @@ open class Job: @unchecked Sendable {
     let finishesWhenExecuteReturns: Bool
 
     // MARK: Lifecycle (guarded by engineLock)
-    @exclusivity(unchecked) var _state: JobState = .ready
-    @exclusivity(unchecked) var _isCancelled = false
-    /// Whether `.ready` has been posted; it is posted at most once.
-    @exclusivity(unchecked) var _didPostReady = false
+    // The one-byte flags come first, in the padding after `finishesWhenExecuteReturns`, so that the
+    // lifecycle and the rest pack without a gap: a `BlockJob` stays within a smaller malloc size
+    // class (the `memory` benchmark counts the bytes).
     /// Whether this is a queue's barrier, which keeps its place in line even when cancelled.
     @exclusivity(unchecked) var _isBarrier = false
     /// Whether the queue counts this job in its current barrier epoch (`false` while held behind a barrier).
     @exclusivity(unchecked) var _admitted = false
     /// Finished, but observers, completion block or waiters have not all been served yet.
     @exclusivity(unchecked) var _callbacksPending = false
+    /// State, flags and wait reasons; changed only through its events (see `_JobLifecycle`).
+    @exclusivity(unchecked) var _lifecycle = _JobLifecycle()
+    /// Whether the job has exclusivity categories (in its extras), so that claiming it must take them.
+    @exclusivity(unchecked) var _isExclusive = false
+    /// Whether the job's work runs on its `executionQueue` rather than on the worker.
+    @exclusivity(unchecked) var _runsElsewhere = false
     @exclusivity(unchecked) var _priority: JobPriority = .normal
     @exclusivity(unchecked) var _qualityOfService: DispatchQoS.QoSClass = .default
-    /// Unfinished dependencies; the job is `pending` while this is above zero.
-    @exclusivity(unchecked) var _blockers: Int32 = 0
     /// Dependents in `_dependents` that finished first (cancelled); compacted away in bulk.
     @exclusivity(unchecked) var _finishedDependents: Int32 = 0
     @exclusivity(unchecked) var _name: String?
+
+    /// The batch wait of `addJobs(_:waitUntilFinished: true)` this job counts in, until it settles.
+    /// In the job itself, not in its extras: a batch's jobs would otherwise each allocate extras.
+    @exclusivity(unchecked) var _batch: _BatchWait?
+
+    /// The outcome's payloads (a failure's error, a cancellation reason's detail and responsible
+    /// job), allocated only when there is one. Kept after the job finishes, for ``outcome``.
+    @exclusivity(unchecked) var _outcomeDetails: _OutcomeDetails?
+
+    /// The lifecycle's state, read under `engineLock`.
+    var _state: JobState { _lifecycle.state }
+    /// Whether the job was cancelled, read under `engineLock`.
+    var _isCancelled: Bool { _lifecycle.isCancelled }
 
     // MARK: Dependency graph (guarded by engineLock)
     /// Position in the incremental topological order: every unfinished dependency has a smaller one.
@@ -96,7 +112,11 @@ open class Job: @unchecked Sendable {
     /// The engine calls it at most once, on a worker of the job's queue or on the thread that
     /// calls ``start()``. It is never called for a job cancelled before it started. A plain `Job`
     /// finishes when this returns; an ``AsynchronousJob`` finishes when it calls `finish()`.
-    open func execute() {}
+    ///
+    /// Throwing fails the job: its ``outcome`` is `.failed` with the error (or, for
+    /// `CancellationError`, `.cancelled`), and an asynchronous job that throws finishes at once.
+    /// Overrides that cannot fail need not be marked `throws`.
+    open func execute() throws {}
 
     /// Runs the job on the calling thread, without a queue.
     ///
@@ -111,18 +131,33 @@ open class Job: @unchecked Sendable {
         if let problem = _startProblemLocked() {
             engineLock.unlock()
             if problem.isEmpty { return }
-            preconditionFailure(problem)
+            _trap(problem)
+        }
+        if _isExclusive, !_exclusivity.acquireLocked(self, _extras!, joinLine: false, &actions) {
+            let message =
+                "Job.start(): '\(_describeLocked)' cannot start now: \(_exclusivity.obstacleLocked(_extras!.exclusivityCategories)); a queue would wait for it"
+            engineLock.unlock()
+            _trap(message)
         }
         _beginExecutingLocked(&actions)
+        let elsewhere = _runsElsewhere
         engineLock.unlock()
         actions.perform()
+        if elsewhere {
+            return _executeOnExecutionQueue(queue: nil)
+        }
 
         let previousJob = _ThreadContext.job
         _ThreadContext.job = self
-        execute()
+        var failure: (any Error)?
+        do {
+            try execute()
+        } catch {
+            failure = error
+        }
         _ThreadContext.job = previousJob
-        if finishesWhenExecuteReturns {
-            _finish()
+        if finishesWhenExecuteReturns || failure != nil {
+            _finish(failure: failure)
         }
     }
 
@@ -137,9 +172,22 @@ open class Job: @unchecked Sendable {
         case .finished where _isCancelled: return ""
         case .finished: return "Job.start(): '\(_describeLocked)' has already finished"
         case .executing: return "Job.start(): '\(_describeLocked)' has already started"
+        case .pending where _lifecycle.waits.dependencies == 0:
+            return
+                "Job.start(): '\(_describeLocked)' is not ready; its conditions have not been satisfied (a queue evaluates them: add the job to one)"
         case .pending:
-            return "Job.start(): '\(_describeLocked)' is not ready; it waits for \(_blockers) unfinished dependencies"
+            return "Job.start(): '\(_describeLocked)' is not ready; it waits for \(_unfinishedDependenciesLocked)"
         }
+    }
+
+    /// "1 unfinished dependency: 'A'" or "3 unfinished dependencies: 'A', 'B', 'C'", naming at most
+    /// five, for messages about a pending job.
+    var _unfinishedDependenciesLocked: String {
+        let unfinished = _dependencies.filter { $0._state != .finished }
+        let shown = unfinished.prefix(5).map { "'\($0._describeLocked)'" }
+        let more = unfinished.count > shown.count ? " and \(unfinished.count - shown.count) more" : ""
+        let noun = unfinished.count == 1 ? "dependency" : "dependencies"
+        return "\(unfinished.count) unfinished \(noun): \(shown.joined(separator: ", "))\(more)"
     }
 
     // MARK: Properties
@@ -161,9 +209,8 @@ open class Job: @unchecked Sendable {
             engineLock.lock()
             if _priority != newValue {
                 _priority = newValue
-                if _readyTicket != 0, let queue = _queue?.takeUnretainedValue() {
-                    queue._ready.remove(self, &actions)
-                    queue._pushReadyLocked(self)
+                if let queue = _queue?.takeUnretainedValue() {
+                    queue._jobPriorityChangedLocked(self, &actions)
                 }
             }
             engineLock.unlock()
@@ -186,8 +233,74 @@ open class Job: @unchecked Sendable {
     public var isExecuting: Bool { state == .executing }
     /// Whether the job has finished, by completing its work or by being cancelled before it started.
     public var isFinished: Bool { state == .finished }
-    /// Whether ``cancel()`` has been called (or a ``TaskJob``'s body threw `CancellationError`).
+    /// Whether the job was cancelled, before or while it ran, by ``cancel()``, ``cancel(reason:)``
+    /// or another cause (its queue's `cancelAllJobs()`, a failed `.requireSuccess` dependency), or
+    /// its work threw `CancellationError`.
     public var isCancelled: Bool { engineLock.withLock { _isCancelled } }
+
+    /// How the job ended: `nil` until it has finished, then fixed forever. Set before observers are
+    /// told `.finished` and before waiters wake. See ``JobOutcome`` for the rule.
+    public var outcome: JobOutcome? { engineLock.withLock { _outcomeLocked } }
+
+    /// Why the job was cancelled (the first reason given), or `nil` if it was not. Known as soon as
+    /// it is cancelled, while a running job's work is still ending.
+    public var cancellationReason: CancellationReason? { engineLock.withLock { _cancellationReasonLocked } }
+
+    var _outcomeLocked: JobOutcome? {
+        switch _lifecycle.outcome {
+        case nil: nil
+        case .succeeded: .succeeded
+        case .failed: .failed(_outcomeDetails!.error!)
+        case .cancelled: .cancelled(_cancellationReasonLocked!)
+        }
+    }
+
+    var _cancellationReasonLocked: CancellationReason? {
+        guard let code = _lifecycle.cancellationCode else { return nil }
+        return CancellationReason(
+            code: code, detail: _outcomeDetails?.detail, responsibleJob: _outcomeDetails?.responsibleJob)
+    }
+
+    /// The longest the job may execute, or `nil` (the default) for no limit.
+    ///
+    /// The clock starts when the job starts executing, not when it is queued, and stops when it
+    /// finishes. When it runs out, the job is cancelled with ``CancellationReason/Code/timedOut``
+    /// (and its ``cancel()`` override runs, so a ``TaskJob`` or ``ValueJob`` cancels its task). An
+    /// asynchronous job that honours cancellation then ends `.cancelled(timedOut)`. A synchronous
+    /// `execute()` that never checks ``isCancelled`` cannot be stopped: it runs to its end, and the
+    /// job is still cancelled. The timer is cancelled when the job finishes and holds the job only
+    /// weakly, so it keeps nothing alive.
+    ///
+    /// Set it before the job starts. Setting it on an executing job is a programming error and
+    /// traps with a message naming the job; on a finished job it has no effect.
+    public var timeout: Duration? {
+        get { engineLock.withLock { _extras?.timeout } }
+        set {
+            engineLock.lock()
+            if _state == .executing {
+                let name = _describeLocked
+                engineLock.unlock()
+                _trap("Job.timeout: '\(name)' is already executing; set the timeout before it starts")
+            }
+            if _lifecycle.isUnstarted && (newValue != nil || _extras != nil) {
+                _extrasLocked.timeout = newValue
+            }
+            engineLock.unlock()
+        }
+    }
+
+    /// The timer counting down ``timeout`` while the job executes, if any. For tests.
+    package var _timeoutTimer: DispatchSourceTimer? {
+        engineLock.withLock { _extras?.timer }
+    }
+
+    /// The outcome's payloads, created on first use. Call with `engineLock` held.
+    var _outcomeDetailsLocked: _OutcomeDetails {
+        if let details = _outcomeDetails { return details }
+        let details = _OutcomeDetails()
+        _outcomeDetails = details
+        return details
+    }
 
     // MARK: Cancellation
 
@@ -200,84 +313,183 @@ open class Job: @unchecked Sendable {
     ///   should check `isCancelled`.
     /// - Cancelling a finished or already cancelled job does nothing.
     ///
-    /// Subclasses that override it must call `super.cancel()`.
+    /// The reason is ``CancellationReason/Code/requested``; ``cancel(reason:)`` gives one of the
+    /// caller's.
+    ///
+    /// Subclasses that override it must call `super.cancel()`. The override runs for every
+    /// cancellation, whatever its cause: ``cancel(reason:)``, `cancelAllJobs()` and the engine's own
+    /// cancellations call it after the job is already cancelled (so `super.cancel()` then does
+    /// nothing more).
     ///
     /// - Complexity: O(1), plus O(dependents) when the job finishes.
     open func cancel() {
+        _cancel(CancellationReason(code: .requested))
+    }
+
+    /// Cancels the job for `reason`, as ``cancel()`` does. Only the first reason counts: it is the
+    /// one ``cancellationReason`` and ``outcome`` report.
+    ///
+    /// ```swift
+    /// job.cancel(reason: .init(code: .requested, detail: "user tapped Stop"))
+    /// ```
+    ///
+    /// - Complexity: O(1), plus O(dependents) when the job finishes.
+    public final func cancel(reason: CancellationReason) {
+        if _cancel(reason) && _mayOverrideCancel {
+            cancel()
+        }
+    }
+
+    /// The engine's part of a cancellation. Returns whether it cancelled the job (it was neither
+    /// finished nor already cancelled).
+    @discardableResult
+    func _cancel(_ reason: CancellationReason) -> Bool {
         var actions = _Actions()
         engineLock.lock()
-        _cancelLocked(&actions)
+        let cancelled = _cancelLocked(reason, &actions)
         actions.planWorkersLocked()
         engineLock.unlock()
         actions.perform()
+        return cancelled
     }
 
-    func _cancelLocked(_ actions: inout _Actions) {
-        guard !_isCancelled, _state != .finished else { return }
-        _isCancelled = true
-        _postLocked(.cancelled, &actions)
-        switch _state {
-        case .pending, .ready:
-            // A queue's barrier keeps its place in line so that later jobs still wait for earlier ones.
-            if !(_isBarrier && _queue != nil) {
-                _finishLocked(&actions)
-            }
-        case .executing, .finished:
-            break
+    /// Whether `cancel()` may do more than the engine's part (`_cancelLocked`): `false` only for
+    /// this module's final job types that do not override it, so that `cancelAllJobs()` need not
+    /// call it again for them.
+    var _mayOverrideCancel: Bool {
+        let type = type(of: self)
+        return type != BlockJob.self && type != AsyncBlockJob.self && type != _BarrierJob.self
+    }
+
+    @discardableResult
+    func _cancelLocked(_ reason: CancellationReason, _ actions: inout _Actions) -> Bool {
+        let effect = _lifecycle.cancelled(reason.code)
+        if effect == .ignored {
+            return false
         }
+        if reason.detail != nil || reason.responsibleJob != nil {
+            let details = _outcomeDetailsLocked
+            details.detail = reason.detail
+            details.responsibleJob = reason.responsibleJob
+        }
+        _postLocked(.cancelled, &actions)
+        // A queue's barrier keeps its place in line so that later jobs still wait for earlier ones.
+        if effect == .finishWithoutRunning && !(_isBarrier && _queue != nil) {
+            _finishLocked(&actions)
+        }
+        return true
     }
 
     // MARK: Engine transitions (call with engineLock held)
 
     /// The job is about to run: `ready → executing`.
     func _beginExecutingLocked(_ actions: inout _Actions) {
-        #if CONDUCTOR_INVARIANTS
-            precondition(_state == .ready, "Conductor: starting \(_describeLocked) in state \(_state)")
-        #endif
-        _state = .executing
-        if !_didPostReady {
-            _didPostReady = true
+        if _lifecycle.started() {
             _postLocked(.ready, &actions)
         }
         _postLocked(.started, &actions)
+        if let extras = _extras, let timeout = extras.timeout {
+            actions.startTimeout(of: self, after: timeout)
+        }
     }
 
-    /// Finishes an executing job from outside the lock; does nothing if it is not executing.
-    /// `package` for adapters in this package; users call ``AsynchronousJob/finish()``.
-    package func _finish() {
+    /// Starts the timer of a job that has a ``timeout`` and began executing. Called after
+    /// unlocking: the timer is created outside the lock, then kept only if the job still executes.
+    func _startTimeout(after timeout: Duration) {
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.setEventHandler { [weak self] in
+            self?.cancel(reason: CancellationReason(code: .timedOut, detail: "after \(timeout)"))
+        }
+        timer.schedule(deadline: .now() + _dispatchInterval(timeout))
+        engineLock.lock()
+        let stillExecuting = _state == .executing
+        if stillExecuting {
+            _extrasLocked.timer = timer
+        }
+        engineLock.unlock()
+        if !stillExecuting {
+            timer.cancel()  // finished first: the timer never fires
+        }
+        // A source must be activated before its last release, cancelled or not.
+        timer.resume()
+    }
+
+    /// Finishes an executing job from outside the lock, failed if `failure` is an error other than
+    /// `CancellationError`; does nothing if it is not executing. `package` for adapters in this
+    /// package; users call ``AsynchronousJob/finish()``.
+    package func _finish(failure: (any Error)? = nil) {
         var actions = _Actions()
         engineLock.lock()
         if _state == .executing {
-            _finishLocked(&actions)
+            _finishLocked(failure: failure, &actions)
         }
         actions.planWorkersLocked()
         engineLock.unlock()
         actions.perform()
     }
 
-    /// `pending | ready | executing → finished`: frees the slot, leaves the queue, releases dependents.
+    /// `pending | ready | executing → finished`: fixes the outcome, frees the slot, leaves the
+    /// queue, releases dependents and cancels those whose `.requireSuccess` edge this outcome
+    /// breaks. `failure` is the error the work ended with, if any: `CancellationError` cancels,
+    /// any other error fails.
     ///
-    /// - Complexity: O(dependents).
-    func _finishLocked(_ actions: inout _Actions) {
-        #if CONDUCTOR_INVARIANTS
-            precondition(_state != .finished, "Conductor: finishing \(_describeLocked) twice")
-        #endif
-        let wasExecuting = _state == .executing
-        _state = .finished
+    /// - Complexity: O(dependents), plus, for the first call of a critical section, the whole
+    ///   cascade of `.requireSuccess` cancellations it starts, O(edges) in all, iteratively.
+    func _finishLocked(failure: (any Error)?, _ actions: inout _Actions) {
+        guard let failure else {
+            return _finishLocked(&actions)
+        }
+        if failure is CancellationError {
+            if _lifecycle.workReportedCancellation() {
+                _postLocked(.cancelled, &actions)
+            }
+            _finishLocked(&actions)
+        } else {
+            _outcomeDetailsLocked.error = failure
+            _finishLocked(failed: true, &actions)
+        }
+    }
+
+    /// `_finishLocked(failure:)` without an error: the work succeeded, or was cancelled.
+    func _finishLocked(failed: Bool = false, _ actions: inout _Actions) {
+        let wasExecuting = _lifecycle.finished(failed: failed)
         if !wasExecuting {
             // Finished without running (cancelled): its work will never run, so let it go now. A
             // closure that captured the job would otherwise keep it alive forever.
             _discardWorkLocked(&actions)
             // Unfinished dependencies still list this job as a dependent; let them know so that
             // a long-running dependency does not accumulate cancelled dependents.
-            if _blockers > 0 {
+            if !_lifecycle.waits.isEmpty {
                 for dependency in _dependencies where dependency._state != .finished {
                     dependency._dependentFinishedFirstLocked(&actions)
                 }
             }
         }
-        let hasCallbacks = _extras != nil
+        var hasCallbacks = false
+        if let extras = _extras {
+            if _isExclusive {
+                _exclusivity.leaveLocked(self, extras, &actions)
+            }
+            if extras.conditionsEvaluating || !extras.conditions.isEmpty || !extras.generatedDependencies.isEmpty {
+                _dropConditionsLocked(extras, &actions)
+            }
+            if let timer = extras.timer {
+                // Finished before its time limit: the timer is cancelled and keeps nothing alive.
+                extras.timer = nil
+                actions.cancelAfterUnlocking(timer)
+            }
+            if extras.hasCallbacks {
+                hasCallbacks = true
+            } else {
+                // Only waiters: nobody to call, so wake them now and settle without a delivery round.
+                extras.resumeWaiters(&actions)
+                _extras = nil
+            }
+        }
         _callbacksPending = hasCallbacks
+        if !hasCallbacks && _batch != nil {
+            _countSettledInBatchLocked(&actions)
+        }
 
         if let queue = _queue {
             _queue = nil
@@ -289,14 +501,43 @@ open class Job: @unchecked Sendable {
             }
         }
 
+        let outcome = _lifecycle.outcome!
         for dependent in _dependents {
-            dependent._dependencyFinishedLocked(&actions)
+            dependent._dependencyFinishedLocked(self, outcome, &actions)
         }
         // Drop the edges, but release the jobs after unlocking: a job freed here would run its
         // deinit (and its captures' deinits) under the lock.
         actions.drop(&_dependents)
         actions.drop(&_dependencies)
         _postLocked(.finished, &actions)
+        actions.cancelDependentsLocked()
+    }
+
+    /// For a setting made before the job starts (`member`, with `advice` for the message). With
+    /// `engineLock` held: returns `true`, still holding it, while the job has not started.
+    /// Otherwise unlocks, and returns `false` for a job cancelled before it started (the setting
+    /// has no effect), or traps for one that started.
+    func _isUnstartedLocked(_ member: String, _ advice: String) -> Bool {
+        if _lifecycle.isUnstarted { return true }
+        let started = _lifecycle.didStart
+        let name = _describeLocked
+        engineLock.unlock()
+        if !started { return false }
+        _trap("\(member): '\(name)' has already started; \(advice) before it starts")
+    }
+
+    /// The runner of the job's `async` body, for jobs that have one (``TaskJob``, ``ValueJob``).
+    var _taskRunner: _TaskRunner? { nil }
+
+    /// The job settled: counts it down in its batch wait, and wakes the batch's waiter if it was
+    /// the last. Call with `engineLock` held.
+    func _countSettledInBatchLocked(_ actions: inout _Actions) {
+        guard let batch = _batch else { return }
+        _batch = nil
+        batch.remaining -= 1
+        if batch.remaining == 0 {
+            actions.resume([.batch(batch)])
+        }
     }
 
     /// Hands the job's un-run work (closures) to `actions` to be released after unlocking. Called
@@ -320,36 +561,37 @@ open class Job: @unchecked Sendable {
         _finishedDependents = 0
     }
 
-    /// One of this job's dependencies finished.
-    func _dependencyFinishedLocked(_ actions: inout _Actions) {
-        // A job cancelled before its dependencies finished is already finished; nothing to count.
-        guard _state == .pending else { return }
-        _blockers -= 1
-        if _blockers == 0 {
-            _becomeReadyLocked(&actions)
+    /// One of this job's dependencies finished with `outcome`. Under a `.requireSuccess` edge, an
+    /// outcome other than success cancels this job instead (queued in `actions`, so that a long
+    /// cascade is carried out iteratively, never by recursion).
+    func _dependencyFinishedLocked(_ dependency: Job, _ outcome: _OutcomeKind, _ actions: inout _Actions) {
+        if outcome != .succeeded, _state == .pending, _requiresSuccessLocked(of: dependency) {
+            actions.cancelLater(self, because: dependency, outcome)
+            // Cancelling finishes the job, so the edge need not be counted; but a queue's barrier
+            // is not finished by cancellation (it keeps its place), so it must still be released.
+            guard _isBarrier && _queue != nil else { return }
         }
+        _carryOut(_lifecycle.dependencyFinished(), &actions)
     }
 
-    /// `pending → ready`: the last unfinished dependency finished or was removed.
-    func _becomeReadyLocked(_ actions: inout _Actions) {
-        _state = .ready
-        if !_didPostReady {
-            _didPostReady = true
+    /// Whether this job's edge to `dependency` has the `.requireSuccess` policy.
+    func _requiresSuccessLocked(of dependency: Job) -> Bool {
+        guard let required = _extras?.requiredDependencies else { return false }
+        return required.contains(ObjectIdentifier(dependency))
+    }
+
+    /// Carries out a released dependency: when the job became ready, posts `.ready` (once) and
+    /// tells its queue, which puts it in line if it admitted the job.
+    func _carryOut(_ released: _JobLifecycle.DependencyReleased, _ actions: inout _Actions) {
+        if case .conditionsDue = released {
+            return _conditionsDueLocked(&actions)
+        }
+        guard case .becameReady(let postReady) = released else { return }
+        if postReady {
             _postLocked(.ready, &actions)
         }
-        if _admitted, let queue = _queue {
-            queue._withUnsafeGuaranteedRef { queue in
-                queue._pushReadyLocked(self)
-                actions.touch(queue)
-            }
-        }
-    }
-
-    /// `ready → pending`: a dependency was added to a job that had none unfinished.
-    func _becomePendingLocked(_ actions: inout _Actions) {
-        _state = .pending
-        if _readyTicket != 0, let queue = _queue?.takeUnretainedValue() {
-            queue._ready.remove(self, &actions)
+        if let queue = _queue {
+            queue._withUnsafeGuaranteedRef { $0._jobBecameReadyLocked(self, &actions) }
         }
     }
 

@@ -8,19 +8,26 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
         private enum Value: Hashable, Sendable {
             case dependencyCycle
             case alreadyStarted
+            case invalidAttempt
         }
 
         private let value: Value
 
         /// Adding the dependency would make a job wait, directly or through other jobs, for itself.
         public static let dependencyCycle = Code(value: .dependencyCycle)
-        /// The dependent job has already started or finished, so a new dependency cannot hold it back.
+        /// The dependent job has already started, finished, or been cancelled, so a new dependency
+        /// cannot hold it back.
         public static let alreadyStarted = Code(value: .alreadyStarted)
+        /// A ``RetryJob``'s `makeAttempt` returned a job it cannot start: one on a queue, already
+        /// started or finished, waiting for dependencies, or with exclusivity categories. The retry job fails with this error,
+        /// and the job returned is left alone.
+        public static let invalidAttempt = Code(value: .invalidAttempt)
 
         public var description: String {
             switch value {
             case .dependencyCycle: "dependencyCycle"
             case .alreadyStarted: "alreadyStarted"
+            case .invalidAttempt: "invalidAttempt"
             }
         }
     }
@@ -31,6 +38,16 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
     /// The jobs involved. For `.dependencyCycle` these are the jobs on the cycle, starting with the
     /// job that would have gained the dependency; each job waits for the next, and the last waits for the first.
     public let jobs: [Job]
+
+    /// For `.alreadyStarted` and `.invalidAttempt`: what had happened to the job ("has already started", "has
+    /// already finished", "was cancelled before it started"), captured when the error was thrown.
+    private let situation: String?
+
+    init(code: Code, jobs: [Job], situation: String? = nil) {
+        self.code = code
+        self.jobs = jobs
+        self.situation = situation
+    }
 
     public var description: String {
         let names = jobs.map { "'\($0.displayName)'" }
@@ -43,7 +60,10 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
             return "JobError.dependencyCycle: refused; the dependency would close the cycle \(chain)"
         case .alreadyStarted:
             return
-                "JobError.alreadyStarted: \(names[0]) has already started, so it cannot gain the dependency \(names.dropFirst().joined(separator: ", "))"
+                "JobError.alreadyStarted: \(names[0]) \(situation ?? "has already started"), so it cannot gain the dependency \(names.dropFirst().joined(separator: ", "))"
+        case .invalidAttempt:
+            return
+                "JobError.invalidAttempt: \(names[0]) cannot start its attempt \(names.dropFirst().joined(separator: ", ")), which \(situation ?? "cannot be started"); return a new job that is on no queue and waits for nothing"
         default:
             return "JobError.\(code): \(names.joined(separator: ", "))"
         }

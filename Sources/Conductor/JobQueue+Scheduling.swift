@@ -43,29 +43,64 @@ extension JobQueue {
         _linkLocked(job)
         if let epoch = _epochs.last {
             epoch.held.append(job)
+            _heldCount += 1
         } else {
             _admitLocked(job, &actions)
+        }
+        if let extras = job._extras, !extras.generatedDependencies.isEmpty {
+            _enqueueGeneratedDependenciesLocked(of: job, extras, &actions)
         }
         return nil
     }
 
-    /// Counts `job` in the current epoch and, if it is ready, puts it in line.
+    /// Counts `job` in the current epoch and, if it is ready, puts it in line; if only its
+    /// conditions hold it back, starts their evaluation.
     func _admitLocked(_ job: Job, _ actions: inout _Actions) {
         job._admitted = true
         _activeUnfinished += 1
         if job._state == .ready {
-            if !job._didPostReady {
-                job._didPostReady = true
+            if job._lifecycle.readyPostDue() {
                 job._postLocked(.ready, &actions)
             }
-            _pushReadyLocked(job)
+            _ready.push(job)
             actions.touch(self)
+        } else if job._lifecycle.waits.conditions != 0 && job._lifecycle.waits.dependencies == 0 {
+            job._conditionsDueLocked(&actions)
         }
     }
 
-    @inline(__always)
-    func _pushReadyLocked(_ job: Job) {
+    /// Adds the dependencies `job`'s conditions generated to this queue, each unless it is already
+    /// on a queue, started or finished (so two jobs sharing one generated dependency run it once).
+    func _enqueueGeneratedDependenciesLocked(of job: Job, _ extras: _JobExtras, _ actions: inout _Actions) {
+        for dependency in extras.generatedDependencies
+        where dependency._queue == nil && dependency._lifecycle.isUnstarted {
+            _ = _enqueueLocked(dependency, &actions)
+        }
+    }
+
+    // MARK: Ready entries (the queue is their only owner)
+
+    /// `job`, a member, became ready: in line if the queue admitted it (a held job is put in line
+    /// when its barrier has finished).
+    func _jobBecameReadyLocked(_ job: Job, _ actions: inout _Actions) {
+        guard job._admitted else { return }
         _ready.push(job)
+        actions.touch(self)
+    }
+
+    /// `job`, a member, is no longer ready (it gained a dependency): out of line.
+    func _jobLeftReadyLocked(_ job: Job, _ actions: inout _Actions) {
+        if job._readyTicket != 0 {
+            _ready.remove(job, &actions)
+        }
+    }
+
+    /// `job`'s priority changed: if it is in line, it moves to the back of its new priority level.
+    func _jobPriorityChangedLocked(_ job: Job, _ actions: inout _Actions) {
+        if job._readyTicket != 0 {
+            _ready.remove(job, &actions)
+            _ready.push(job)
+        }
     }
 
     /// `job` finished (or was cancelled before it started) while it belonged to this queue.
@@ -82,6 +117,8 @@ extension JobQueue {
             if _activeUnfinished == 0 && !_epochs.isEmpty {
                 _advanceEpochsLocked(&actions)
             }
+        } else if !job._isBarrier {
+            _heldJobFinishedLocked(&actions)
         }
         if settlesNow {
             _settleLocked(&actions)
@@ -114,11 +151,43 @@ extension JobQueue {
                 // Held jobs cancelled while waiting have left the list; free them after unlocking.
                 actions.release(epoch.held)
                 actions.release([epoch.barrier])
-                for job in epoch.held where job._state != .finished {
-                    _admitLocked(job, &actions)
+                _heldCount -= epoch.held.count
+                for job in epoch.held {
+                    if job._state == .finished {
+                        _heldFinished -= 1
+                    } else {
+                        _admitLocked(job, &actions)
+                    }
                 }
             }
         }
+    }
+
+    /// A job held behind a barrier finished (it was cancelled). Out of line: rare, and it keeps
+    /// `_jobLeftLocked`, on every job's finish, small enough to be inlined.
+    @inline(never)
+    func _heldJobFinishedLocked(_ actions: inout _Actions) {
+        _heldFinished += 1
+        if _heldFinished >= 16 && _heldFinished * 2 >= _heldCount {
+            _compactHeldLocked(&actions)
+        }
+    }
+
+    /// Removes the jobs cancelled while held from every epoch's `held` list and frees them after
+    /// unlocking. Runs once they are at least 16 and half the entries, so it costs O(1) amortized
+    /// per cancelled job, and the lists never hold more dead entries than live ones (plus 16).
+    func _compactHeldLocked(_ actions: inout _Actions) {
+        var finished: [Job] = []
+        for epoch in _epochs {
+            epoch.held.removeAll { job in
+                guard job._state == .finished else { return false }
+                finished.append(job)
+                return true
+            }
+        }
+        _heldCount -= finished.count
+        _heldFinished = 0
+        actions.release(finished)
     }
 
     /// Claims the next job to run, if the queue may start one now.
@@ -126,9 +195,25 @@ extension JobQueue {
     /// - Complexity: O(1) amortized.
     @inline(__always)
     func _claimNextLocked(_ actions: inout _Actions) -> Job? {
-        guard !_isSuspended, _executing < _limit, let job = _ready.popFirst(&actions) else { return nil }
+        guard !_isSuspended, _executing < _limit, var job = _ready.popFirst(&actions) else { return nil }
+        if job._isExclusive {
+            guard let exclusive = _claimExclusiveLocked(job, &actions) else { return nil }
+            job = exclusive
+        }
         _executing += 1
         job._beginExecutingLocked(&actions)
+        return job
+    }
+
+    /// `first` has exclusivity categories: returns it if it takes them, or else the next job in
+    /// line that may start (a job whose categories are taken waits in their lines, without a slot).
+    @inline(never)
+    private func _claimExclusiveLocked(_ first: Job, _ actions: inout _Actions) -> Job? {
+        var job = first
+        while job._isExclusive && !job._takeCategoriesLocked(&actions) {
+            guard let next = _ready.popFirst(&actions) else { return nil }
+            job = next
+        }
         return job
     }
 
@@ -190,31 +275,72 @@ extension JobQueue {
         var waitBudget = JobQueue.slotWaitBudget
         while let job = next {
             _ThreadContext.job = job
-            job.execute()
+            var failure: (any Error)?
+            let ranHere = !job._runsElsewhere
+            if ranHere {
+                do {
+                    try job.execute()
+                } catch {
+                    failure = error
+                }
+            } else {
+                // On its execution queue, holding its slot; it finishes there.
+                job._executeOnExecutionQueue(queue: self)
+            }
             var actions = _Actions()
             var waitFrom: UInt64?
+            var claimAfterCallbacks = false
             engineLock.lock()
-            if job.finishesWhenExecuteReturns {
+            if let failure {
+                // A job whose `execute()` threw has failed (or, with `CancellationError`, is
+                // cancelled) and finishes now, an asynchronous one included, unless it already did.
+                if job._state == .executing {
+                    job._finishLocked(failure: failure, &actions)
+                }
+            } else if ranHere && job.finishesWhenExecuteReturns {
                 job._finishLocked(&actions)
             }
-            if generation == _workerGeneration {
+            if generation != _workerGeneration {
+                next = nil
+                actions.touch(self)  // retired: workers on the new target take over
+            } else if actions.hasDeliveries {
+                // Callbacks first, and only then the next job: a claimed job would show as
+                // executing and wait behind them, so a completion block or observer that waits for
+                // it (a dependent, the next job of a limit-1 queue) would deadlock. The freed slot
+                // is planned for below, so another worker can run that job meanwhile.
+                next = nil
+                claimAfterCallbacks = true
+            } else {
                 next = _claimNextLocked(&actions)
                 if next == nil && waitBudget > 0 && _onlyTheLimitStopsWorkLocked {
                     waitFrom = _beginWaitingForSlotLocked()
                 }
-            } else {
-                next = nil
-                actions.touch(self)  // retired: workers on the new target take over
             }
             actions.planWorkersLocked()
             engineLock.unlock()
             actions.perform()
-            if let waitFrom {
+            if claimAfterCallbacks {
+                next = _claimAfterCallbacks(generation: generation)
+            } else if let waitFrom {
                 next = _waitForSlot(from: waitFrom, generation: generation, budget: &waitBudget)
             }
         }
         _ThreadContext.queue = previousQueue
         _ThreadContext.job = previousJob
+    }
+
+    /// After running a finished job's callbacks, claims the next job if one may start, handing the
+    /// baton as a freshly dispatched worker would. A worker planned meanwhile for the slot finds
+    /// nothing and exits.
+    private func _claimAfterCallbacks(generation: UInt64) -> Job? {
+        var actions = _Actions()
+        engineLock.lock()
+        let claimed = generation == _workerGeneration ? _claimNextLocked(&actions) : nil
+        actions.touch(self)
+        actions.planWorkersLocked()
+        engineLock.unlock()
+        actions.perform()
+        return claimed
     }
 
     /// How many times a worker stopped by the limit yields its processor while it waits for a slot
@@ -285,17 +411,20 @@ extension JobQueue {
         /// O(1) consistency checks of the queue's counters, run at the end of critical sections in debug builds.
         func _checkInvariantsLocked() {
             let name = _displayNameLocked
-            precondition(_executing >= 0 && _idleWorkers >= 0, "Conductor: negative slot count on '\(name)'")
-            precondition(
+            _require(_executing >= 0 && _idleWorkers >= 0, "Conductor: negative slot count on '\(name)'")
+            _require(
                 _ready.count >= 0 && _ready.count <= _activeUnfinished,
                 "Conductor: ready count out of range on '\(name)'")
-            precondition(_activeUnfinished <= _jobCount, "Conductor: admitted count exceeds members on '\(name)'")
-            precondition(_jobCount <= _unsettled, "Conductor: more members than unsettled jobs on '\(name)'")
-            precondition((_head == nil) == (_jobCount == 0), "Conductor: membership list out of sync on '\(name)'")
-            precondition(
+            _require(_activeUnfinished <= _jobCount, "Conductor: admitted count exceeds members on '\(name)'")
+            _require(_jobCount <= _unsettled, "Conductor: more members than unsettled jobs on '\(name)'")
+            _require((_head == nil) == (_jobCount == 0), "Conductor: membership list out of sync on '\(name)'")
+            _require(
+                _heldFinished >= 0 && _heldFinished <= _heldCount && (_heldCount == 0 || !_epochs.isEmpty),
+                "Conductor: jobs held behind barriers miscounted on '\(name)'")
+            _require(
                 _waitingWorkers >= 0 && _waitingWorkers <= _idleWorkers,
                 "Conductor: waiting workers miscounted on '\(name)'")
-            precondition(
+            _require(
                 _epochs.isEmpty || _epochs[0].barrierAdmitted || _activeUnfinished > 0,
                 "Conductor: barrier epoch stalled on '\(name)'")
         }

@@ -65,6 +65,10 @@ public final class JobQueue: @unchecked Sendable {
     @exclusivity(unchecked) var _activeUnfinished = 0
     /// Barriers not yet finished, oldest first, each with the jobs added after it.
     @exclusivity(unchecked) var _epochs: [_BarrierEpoch] = []
+    /// Entries in the epochs' `held` lists, and how many of them finished (were cancelled) while
+    /// held; the lists are compacted when those are many, as a job's cancelled dependents are.
+    @exclusivity(unchecked) var _heldCount = 0
+    @exclusivity(unchecked) var _heldFinished = 0
 
     // MARK: Membership and waiting (guarded by engineLock)
     /// The queue's unfinished jobs in insertion order. The list holds one manual retain per member.
@@ -90,7 +94,7 @@ public final class JobQueue: @unchecked Sendable {
     }
 
     private static func validate(_ count: Int) {
-        precondition(
+        _require(
             count >= 0 || count == defaultMaxConcurrentJobCount,
             "JobQueue.maxConcurrentJobCount: \(count) is not a valid limit; use 0 or more, or JobQueue.defaultMaxConcurrentJobCount (-1)"
         )
@@ -174,31 +178,67 @@ public final class JobQueue: @unchecked Sendable {
     ///
     /// - Complexity: O(1) amortized.
     public func addJob(_ job: Job) {
-        _update { queue, actions in
-            if let problem = queue._enqueueLocked(job, &actions) {
-                engineLock.unlock()
-                preconditionFailure("JobQueue.addJob(_:): \(problem)")
-            }
+        // Written out rather than through `_update`: this is the enqueue hot path, and the closure
+        // form was not inlined once its trap message was built (measured with callgrind).
+        var actions = _Actions()
+        engineLock.lock()
+        if let problem = _enqueueLocked(job, &actions) {
+            engineLock.unlock()
+            JobQueue._misuse("JobQueue.addJob(_:)", problem)
         }
+        actions.touch(self)
+        actions.planWorkersLocked()
+        engineLock.unlock()
+        actions.perform()
+    }
+
+    /// Traps with `problem`, prefixed by the API that found it. Out of line, so that the hot
+    /// paths that can trap stay small.
+    @inline(never)
+    private static func _misuse(_ api: StaticString, _ problem: String) -> Never {
+        _trap("\(api): \(problem)")
     }
 
     /// Adds jobs as one atomic step: no job of the batch starts before all are added, so
-    /// priorities apply across the batch. With `waitUntilFinished`, blocks until all have finished.
+    /// priorities apply across the batch. With `waitUntilFinished`, blocks until all have finished
+    /// and their completion blocks have run.
+    ///
+    /// The wait wakes the calling thread once, when the last job of the batch has settled, however
+    /// many jobs the batch has.
     ///
     /// - Complexity: O(n) for n jobs.
     public func addJobs(_ jobs: [Job], waitUntilFinished: Bool) {
+        let batch = waitUntilFinished ? _BatchWait() : nil
+        // Jobs already counted in another batch: a cancelled job may be added again, to any queue,
+        // while its completion block still runs. Waited for one by one after the batch.
+        var elsewhere: [Job] = []
         _update { queue, actions in
             for job in jobs {
                 if let problem = queue._enqueueLocked(job, &actions) {
                     engineLock.unlock()
-                    preconditionFailure("JobQueue.addJobs(_:waitUntilFinished:): \(problem)")
+                    JobQueue._misuse("JobQueue.addJobs(_:waitUntilFinished:)", problem)
+                }
+            }
+            if let batch {
+                // Under the same lock as the enqueue, so no job of the batch has settled yet.
+                var unsettled = 0
+                for job in jobs where job._state != .finished || job._callbacksPending {
+                    if job._batch == nil {
+                        job._batch = batch
+                        unsettled += 1
+                    } else if job._batch !== batch {
+                        elsewhere.append(job)
+                    }
+                }
+                batch.remaining = unsettled
+                if unsettled == 0 {
+                    batch.semaphore.signal()
                 }
             }
         }
-        if waitUntilFinished {
-            for job in jobs {
-                job.waitUntilFinished()
-            }
+        batch?.semaphore.wait()
+        for job in elsewhere {
+            job.waitUntilFinished()
         }
     }
 
@@ -255,9 +295,41 @@ public final class JobQueue: @unchecked Sendable {
     /// Cancels every job on the queue (see ``Job/cancel()``). Jobs not yet started finish at once;
     /// running ones are told to stop. Jobs added afterwards are not affected.
     ///
-    /// - Complexity: O(n).
+    /// All the queue's jobs are cancelled in one step: none of them can start, or be released by
+    /// another job finishing, between the first cancellation and the last. Then each job's
+    /// ``Job/cancel()`` is called, in the order the jobs were added, so that subclasses' overrides
+    /// run (a ``TaskJob`` cancels its task; an ``AsynchronousJob`` may call `finish()`). A job that
+    /// finishes in its override therefore finds its dependents on this queue already cancelled.
+    ///
+    /// - Complexity: O(n). The engine lock is held for the first step, O(n).
     public func cancelAllJobs() {
-        for job in jobs {
+        _cancelAllJobs(reason: CancellationReason(code: .queueCancelled))
+    }
+
+    /// `cancelAllJobs()` with `reason` (a ``GroupJob`` cancels its children with
+    /// `parentCancelled`).
+    func _cancelAllJobs(reason: CancellationReason) {
+        var actions = _Actions()
+        engineLock.lock()
+        var members: [Job] = []
+        members.reserveCapacity(_jobCount)
+        var node = _head
+        while let job = node {
+            members.append(job.takeUnretainedValue())
+            node = job._withUnsafeGuaranteedRef { $0._next }
+        }
+        // Only the jobs this loop cancelled: a member the cascade of another member's cancellation
+        // reached first has its override run by `perform()` already.
+        var cancelledHere: [Job] = []
+        cancelledHere.reserveCapacity(members.count)
+        for job in members where job._cancelLocked(reason, &actions) {
+            cancelledHere.append(job)
+        }
+        actions.touch(self)
+        actions.planWorkersLocked()
+        engineLock.unlock()
+        actions.perform()
+        for job in cancelledHere where job._mayOverrideCancel {
             job.cancel()
         }
     }
@@ -272,13 +344,7 @@ public final class JobQueue: @unchecked Sendable {
             engineLock.unlock()
             return
         }
-        if _ThreadContext.queue === self {
-            let name = _displayNameLocked
-            engineLock.unlock()
-            preconditionFailure(
-                "JobQueue.waitUntilAllJobsAreFinished(): called from a job running on '\(name)'; it would wait for itself and never return"
-            )
-        }
+        _trapIfWaitingForItselfLocked()
         let semaphore = DispatchSemaphore(value: 0)
         _waiters.append(.semaphore(semaphore))
         engineLock.unlock()
@@ -294,9 +360,25 @@ public final class JobQueue: @unchecked Sendable {
                 continuation.resume()
                 return
             }
+            _trapIfWaitingForItselfLocked()
             _waiters.append(.continuation(continuation))
             engineLock.unlock()
         }
+    }
+
+    /// Traps, after unlocking, when the caller is a job of this queue (its work on this thread, or
+    /// a ``TaskJob``'s body in the current task): the wait would include that job and never return.
+    /// Call with `engineLock` held, while the queue has unsettled jobs.
+    private func _trapIfWaitingForItselfLocked() {
+        let bodyJobQueue = _TaskRunner.bodyJobOfCurrentTaskLocked()?._queue?.toOpaque()
+        guard _ThreadContext.queue === self || bodyJobQueue == Unmanaged.passUnretained(self).toOpaque() else {
+            return
+        }
+        let name = _displayNameLocked
+        engineLock.unlock()
+        _trap(
+            "JobQueue.waitUntilAllJobsAreFinished(): called from a job running on '\(name)'; it would wait for itself and never return"
+        )
     }
 
     // MARK: Helpers

@@ -42,8 +42,10 @@ struct _Actions {
     /// The first queue whose ready work or capacity changed. Unretained: it is only used before
     /// unlocking, while the caller or the queue's own self-retain (released in `perform()`) keeps it alive.
     private var touchedQueue: Unmanaged<JobQueue>?
-    /// The first list of jobs dropped under the lock, released after unlocking.
+    /// The first two lists of jobs dropped under the lock (a finishing job's dependents and
+    /// dependencies), released after unlocking.
     private var released: [Job]?
+    private var releasedToo: [Job]?
     /// The first un-run block of a cancelled job, released after unlocking; inline so that
     /// cancelling a `BlockJob` allocates nothing.
     private var releasedBlock: (@Sendable () -> Void)?
@@ -76,6 +78,45 @@ struct _Actions {
         more.deliveries.append(job)
     }
 
+    /// Whether `perform()` will run user code: observers, completion blocks, `cancel()` overrides.
+    var hasDeliveries: Bool {
+        guard let overflow else { return false }
+        return !overflow.deliveries.isEmpty || !overflow.cancelOverrides.isEmpty
+    }
+
+    /// Queues `job`'s cancellation: its `.requireSuccess` dependency `dependency` finished with
+    /// `outcome`, which is not success. Carried out by `cancelDependentsLocked()`.
+    mutating func cancelLater(_ job: Job, because dependency: Job, _ outcome: _OutcomeKind) {
+        let code: CancellationReason.Code = outcome == .failed ? .dependencyFailed : .dependencyCancelled
+        let reason = CancellationReason(code: code, detail: nil, responsibleJob: dependency._describeLocked)
+        more.cascade.append((job, reason))
+    }
+
+    /// Carries out the queued cancellations and those they cause in turn, iteratively: cancelling a
+    /// job finishes it, and its `_finishLocked` queues its own `.requireSuccess` dependents here
+    /// instead of recursing. Nested calls return at once; the outermost one drains the queue, so a
+    /// cascade through a chain of any length uses constant stack. Cancelled jobs are kept until
+    /// `perform()`, and their `cancel()` overrides run there, after unlocking.
+    ///
+    /// - Complexity: O(edges) of the cascade.
+    @inline(__always)
+    mutating func cancelDependentsLocked() {
+        guard let overflow, !overflow.cascade.isEmpty, !overflow.isCascading else { return }
+        drainCascadeLocked(overflow)
+    }
+
+    private mutating func drainCascadeLocked(_ overflow: _ActionsOverflow) {
+        overflow.isCascading = true
+        while let (job, reason) = overflow.cascade.popLast() {
+            // Kept alive until after unlocking: the cascade may hold the last reference.
+            overflow.cascaded.append(job)
+            if job._cancelLocked(reason, &self) && job._mayOverrideCancel {
+                overflow.cancelOverrides.append(job)
+            }
+        }
+        overflow.isCascading = false
+    }
+
     /// Wakes `waiters` after unlocking.
     mutating func resume(_ waiters: [_Waiter]) {
         if !waiters.isEmpty {
@@ -89,23 +130,45 @@ struct _Actions {
         if jobs.isEmpty { return }
         if released == nil {
             released = jobs
+        } else if releasedToo == nil {
+            releasedToo = jobs
         } else {
             more.released.append(jobs)
         }
     }
 
-    /// Empties `jobs`, releasing its elements under the lock when that cannot free any of them
-    /// (none is uniquely referenced by the list), and after unlocking otherwise.
+    /// Empties `jobs`, releasing its elements after unlocking.
     ///
-    /// - Complexity: O(jobs.count).
+    /// Always after unlocking: checking under the lock that no element is uniquely referenced
+    /// would not be enough, since another thread may drop its own reference without the lock
+    /// between the check and the release, and the job would then be freed under the lock.
+    ///
+    /// - Complexity: O(1).
     @inline(__always)
     mutating func drop(_ jobs: inout [Job]) {
         if jobs.isEmpty { return }
-        for index in jobs.indices where isKnownUniquelyReferenced(&jobs[index]) {
-            release(jobs)
-            break
-        }
+        release(jobs)
         jobs = []
+    }
+
+    /// Starts `job`'s timeout timer after unlocking.
+    mutating func startTimeout(of job: Job, after timeout: Duration) {
+        more.timeoutsToStart.append((job, timeout))
+    }
+
+    /// Cancels `timer` after unlocking (cancelling a source calls into Dispatch).
+    mutating func cancelAfterUnlocking(_ timer: DispatchSourceTimer) {
+        more.timersToCancel.append(timer)
+    }
+
+    /// Starts evaluating `job`'s conditions after unlocking.
+    mutating func evaluateConditions(of job: Job) {
+        more.conditionEvaluations.append(job)
+    }
+
+    /// Cancels `task` (a job's condition evaluation) after unlocking.
+    mutating func cancelAfterUnlocking(_ task: Task<Void, Never>) {
+        more.tasksToCancel.append(task)
     }
 
     /// Keeps `object` (for instance a cancelled job's un-run closures) alive until `perform()`, so
@@ -155,6 +218,7 @@ struct _Actions {
     @inline(__always)
     mutating func perform() {
         released = nil
+        releasedToo = nil
         releasedBlock = nil
         if let overflow {
             self.overflow = nil
@@ -166,33 +230,76 @@ struct _Actions {
 /// The less common parts of `_Actions`.
 final class _ActionsOverflow {
     var touchedQueues: [JobQueue] = []
+    /// The identities of `touchedQueues`.
+    private var touchedQueueIDs: Set<ObjectIdentifier> = []
     var workerStarts: [(target: DispatchQueue, queue: JobQueue, generation: UInt64)] = []
     var deliveries: [Job] = []
     var waiters: [_Waiter] = []
     var released: [[Job]] = []
     var releasedObjects: [Any] = []
     var releasedQueues: [JobQueue] = []
+    /// Dependents waiting to be cancelled by a `.requireSuccess` cascade, and whether one is being
+    /// carried out (see `_Actions.cancelDependentsLocked()`).
+    var cascade: [(Job, CancellationReason)] = []
+    var isCascading = false
+    /// Jobs the cascade cancelled, kept alive until after unlocking.
+    var cascaded: [Job] = []
+    /// Jobs whose `cancel()` override must run after unlocking.
+    var cancelOverrides: [Job] = []
+    /// Jobs with a time limit that began executing, and timers of jobs that finished first.
+    var timeoutsToStart: [(Job, Duration)] = []
+    var timersToCancel: [DispatchSourceTimer] = []
+    /// Jobs whose conditions are due for evaluation, and evaluations of jobs that finished first.
+    var conditionEvaluations: [Job] = []
+    var tasksToCancel: [Task<Void, Never>] = []
 
     func touch(_ queue: JobQueue) {
-        if !touchedQueues.contains(where: { $0 === queue }) {
+        // A set, not a scan of the list: a cascade across many queues touches each once, in O(1).
+        if touchedQueueIDs.insert(ObjectIdentifier(queue)).inserted {
             touchedQueues.append(queue)
         }
     }
 
     func perform() {
+        for timer in timersToCancel {
+            timer.cancel()
+        }
+        for task in tasksToCancel {
+            task.cancel()
+        }
+        for job in conditionEvaluations {
+            job._evaluateConditions()
+        }
+        for (job, timeout) in timeoutsToStart {
+            job._startTimeout(after: timeout)
+        }
         for start in workerStarts {
             let queue = start.queue
             let generation = start.generation
             start.target.async { queue._runWorker(generation: generation) }
         }
-        for job in deliveries {
-            job._deliverEvents()
+        if !deliveries.isEmpty || !cancelOverrides.isEmpty {
+            // Callbacks run with no worker context, whichever thread runs them: `JobQueue.current`
+            // is `nil` there, and a wait from a callback is not mistaken for a job waiting for itself.
+            _ThreadContext.withContext(queue: nil, job: nil) {
+                for job in deliveries {
+                    job._deliverEvents()
+                }
+                // The engine already cancelled these jobs; their overrides see `isCancelled`.
+                for job in cancelOverrides {
+                    job.cancel()
+                }
+            }
         }
         for waiter in waiters {
             waiter.resume()
         }
         released = []
         releasedObjects = []
+        cascaded = []
+        cancelOverrides = []
+        timersToCancel = []
+        timeoutsToStart = []
         for queue in releasedQueues {
             // Balance the self-retain; `releasedQueues` keeps the queue alive until it is emptied.
             Unmanaged.passUnretained(queue).release()
@@ -205,13 +312,27 @@ final class _ActionsOverflow {
 enum _Waiter {
     case semaphore(DispatchSemaphore)
     case continuation(CheckedContinuation<Void, Never>)
+    /// The last job of a batch wait settled.
+    case batch(_BatchWait)
 
     func resume() {
         switch self {
         case .semaphore(let semaphore): semaphore.signal()
         case .continuation(let continuation): continuation.resume()
+        case .batch(let batch): batch.semaphore.signal()
         }
     }
+}
+
+/// The wait of `addJobs(_:waitUntilFinished: true)`: one semaphore for the whole batch, signalled
+/// when the last of its jobs has settled, so the waiting thread wakes once, not once per job. Each
+/// job of the batch points to it (`Job._batch`) and counts it down, under the engine lock, as it
+/// settles; only the last one hands the signal to `_Actions`.
+// @unchecked Sendable: `remaining` is guarded by `engineLock`; the semaphore is thread-safe.
+final class _BatchWait: @unchecked Sendable {
+    /// Jobs of the batch not yet settled. Set under the engine lock before any of them can settle.
+    var remaining = 0
+    let semaphore = DispatchSemaphore(value: 0)
 }
 
 /// Per-thread record of the queue and job a thread is running, for `JobQueue.current` and for
@@ -223,7 +344,7 @@ enum _ThreadContext {
     private static func makeKey() -> pthread_key_t {
         var key = pthread_key_t()
         let result = pthread_key_create(&key, nil)
-        precondition(result == 0, "pthread_key_create failed: \(result)")
+        _require(result == 0, "pthread_key_create failed: \(result)")
         return key
     }
 
@@ -259,4 +380,13 @@ enum _ThreadContext {
             pthread_setspecific(jobKey, newValue.map { Unmanaged.passUnretained($0).toOpaque() })
         }
     }
+}
+
+/// `duration` as a Dispatch interval, in nanoseconds, clamped to what Dispatch can represent.
+func _dispatchInterval(_ duration: Duration) -> DispatchTimeInterval {
+    let (seconds, attoseconds) = duration.components
+    guard seconds >= 0, attoseconds >= 0 || seconds > 0 else { return .nanoseconds(0) }
+    let limit = Int64(Int.max / 1_000_000_000) - 1
+    guard seconds < limit else { return .never }
+    return .nanoseconds(Int(seconds * 1_000_000_000 + attoseconds / 1_000_000_000))
 }

@@ -35,7 +35,7 @@ package final class _Lock: @unchecked Sendable {
         #endif
         let result = pthread_mutex_init(mutex, &attributes)
         pthread_mutexattr_destroy(&attributes)
-        precondition(result == 0, "pthread_mutex_init failed: \(result)")
+        _require(result == 0, "pthread_mutex_init failed: \(result)")
     }
 
     deinit {
@@ -47,7 +47,7 @@ package final class _Lock: @unchecked Sendable {
     package func lock() {
         let result = pthread_mutex_lock(mutex)
         #if CONDUCTOR_INVARIANTS
-            precondition(result == 0, "Conductor engine lock acquired recursively (pthread error \(result))")
+            _require(result == 0, "Conductor engine lock acquired recursively (pthread error \(result))")
         #else
             _ = result
         #endif
@@ -57,7 +57,7 @@ package final class _Lock: @unchecked Sendable {
     package func unlock() {
         let result = pthread_mutex_unlock(mutex)
         #if CONDUCTOR_INVARIANTS
-            precondition(result == 0, "Conductor engine lock released by a thread that does not hold it (\(result))")
+            _require(result == 0, "Conductor engine lock released by a thread that does not hold it (\(result))")
         #else
             _ = result
         #endif
@@ -74,8 +74,9 @@ package final class _Lock: @unchecked Sendable {
 /// A value guarded by a `_Lock`, after NIO's `NIOLockedValueBox`: the value is reachable only inside
 /// `withLock`. Used by the Foundation adapter and the tests; the engine itself keeps its state
 /// under `engineLock`.
-// @unchecked Sendable: `value` is only read or written inside `withLock`, with `lock` held.
-package final class _LockedValue<Value>: @unchecked Sendable {
+// @unchecked Sendable: `value` is only read or written inside `withLock`, with `lock` held, and
+// `Value` is Sendable, so a value read out of the box may cross threads.
+package final class _LockedValue<Value: Sendable>: @unchecked Sendable {
     private let lock = _Lock()
     private var value: Value
 

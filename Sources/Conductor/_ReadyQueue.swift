@@ -105,7 +105,13 @@ struct _ReadyQueue {
                 index += 1
             }
         }
-        preconditionFailure("Conductor: ready count \(count) but no live entry")
+        _ReadyQueue._noLiveEntry(count)
+    }
+
+    /// Out of line, so that `popFirst` stays small on the claim path.
+    @inline(never)
+    private static func _noLiveEntry(_ count: Int) -> Never {
+        _trap("Conductor: ready count \(count) but no live entry")
     }
 
     /// Makes `job`'s entry stale. The job must have a live entry.

@@ -8,7 +8,7 @@ extension Job {
     /// an ``OperationJob``. The dependency is a proxy job, already executing, that finishes when
     /// Foundation records the operation as finished (KVO on Apple platforms; on Linux, as a
     /// dependent that swift-corelibs-foundation notifies; no polling). It appears in
-    /// ``Job/dependencies`` under a name like `operation 'Download'`. Adding the same operation
+    /// `dependencies` under a name like `operation 'Download'`. Adding the same operation
     /// twice does nothing. A ``JobOperation`` is not proxied: the job depends on its job directly,
     /// so cycles through it are detected.
     ///

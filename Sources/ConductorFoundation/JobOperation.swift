@@ -1,12 +1,12 @@
 import Conductor
 import Foundation
 
-/// A Foundation `Operation` that runs a Conductor ``Job``, so that Conductor jobs can run on any
+/// A Foundation `Operation` that runs a Conductor `Job`, so that Conductor jobs can run on any
 /// `OperationQueue`.
 ///
 /// `JobOperation` is a correct asynchronous operation: it reports `isExecuting` and `isFinished`
 /// with key-value notifications, and it is finished only when its job is. So an
-/// ``AsyncBlockJob``, an ``AsynchronousJob`` subclass or a ``TaskJob`` holds its Foundation slot
+/// `AsyncBlockJob`, an `AsynchronousJob` subclass or a `TaskJob` holds its Foundation slot
 /// until its work completes, and `maxConcurrentOperationCount = 1` really runs such work one at a
 /// time, which a `BlockOperation` that starts asynchronous work cannot do.
 ///
@@ -18,15 +18,17 @@ import Foundation
 /// }))
 /// ```
 ///
-/// - The job runs with ``Job/start()`` on the thread that starts the operation, outside any
-///   ``JobQueue``. A job that is already on a `JobQueue` cannot also run here: `Job.start()` traps,
+/// - The job runs with `Job.start()` on the thread that starts the operation, outside any
+///   `JobQueue`. A job that is already on a `JobQueue` cannot also run here: `Job.start()` traps,
 ///   naming the job and its queue.
 /// - The operation's name, queue priority and quality of service are copied from the job when it
 ///   is created (see ``Conductor/JobPriority`` and `QualityOfService(_:)` for the mappings).
-/// - The job's unfinished dependencies at that moment become the operation's, through
-///   `addDependency(_:)`. Dependencies added to the job later are not seen; if one is still
-///   unfinished when the operation starts, `start()` traps. Add them to the operation instead
-///   (`operation.addDependency(otherJob)`).
+/// - The job's unfinished dependencies at that moment become the operation's, each through a
+///   proxy operation that reports finished once the Conductor job has finished and released this
+///   job (even for an ``OperationJob``, or the proxy behind `job.addDependency(operation)`), so
+///   the operation never starts while its job waits. Dependencies added to the job later are not
+///   seen; if one is still unfinished when the operation starts, `start()` traps, naming it. Add
+///   them to the operation instead (`operation.addDependency(otherJob)`).
 /// - Cancelling the operation cancels the job; cancelling the job cancels the operation. An
 ///   operation cancelled before it starts finishes without running the job, as Apple documents.
 ///
@@ -42,7 +44,7 @@ public final class JobOperation: Operation, @unchecked Sendable {
 
     /// Creates an operation that runs `job`.
     ///
-    /// - Parameter job: A job that is not on a ``JobQueue`` and will not be started elsewhere.
+    /// - Parameter job: A job that is not on a `JobQueue` and will not be started elsewhere.
     public init(_ job: Job) {
         self.job = job
         super.init()
@@ -54,8 +56,12 @@ public final class JobOperation: Operation, @unchecked Sendable {
         if qualityOfService != .default {
             self.qualityOfService = qualityOfService
         }
-        for dependency in job.dependencies {
-            addDependency(dependency)
+        // Mirrored by proxies that report finished only after the Conductor dependency has
+        // finished and released this job, never by the Foundation operation behind an
+        // `OperationJob` or `job.addDependency(operation)`: Foundation records that operation as
+        // finished, and could start this one, before the job has stopped waiting for it.
+        for dependency in job.dependencies where !dependency.isFinished {
+            _addDependency(onConductorFinishOf: dependency)
         }
         // The observer holds the operation weakly: a job that never runs must not keep it alive.
         job.observe { [weak self] event in
@@ -86,12 +92,32 @@ public final class JobOperation: Operation, @unchecked Sendable {
             return
         }
         if job.state == .pending {
-            let waiting = job.dependencies.filter { !$0.isFinished }.map { "'\($0.displayName)'" }
-            preconditionFailure(
-                "JobOperation.start(): '\(job.displayName)' still waits for \(waiting.joined(separator: ", ")), "
-                    + "added to the job after it was wrapped; add such dependencies to the operation instead")
+            _trapJobNotReady()
         }
         job.start()
+    }
+
+    /// `start()` found the job still waiting for dependencies. The operation waits for every
+    /// dependency the job had when it was wrapped, so this is a programming error: a dependency
+    /// added to the job afterwards, or the operation started by hand before it was ready.
+    private func _trapJobNotReady() -> Never {
+        let waiting = job.dependencies.filter { !$0.isFinished }
+        // The jobs this operation waits for: the proxies made in `init`, and any added with
+        // `addDependency(_:)` since.
+        let awaited = dependencies.compactMap { ($0 as? _JobFinishedOperation)?.awaitedJob }
+        let late = waiting.filter { dependency in !awaited.contains { $0 === dependency } }
+        let names = { (jobs: [Job]) in jobs.map { "'\($0.displayName)'" }.joined(separator: ", ") }
+        let prefix = "JobOperation.start(): '\(job.displayName)'"
+        if !late.isEmpty {
+            fatalError(
+                "\(prefix) waits for \(names(late)): dependencies added to the job after it was wrapped, which "
+                    + "the operation does not wait for; add them before wrapping the job, or to the operation as "
+                    + "well (operation.addDependency(job))")
+        }
+        let what = waiting.isEmpty ? "its dependencies" : names(waiting)
+        fatalError(
+            "\(prefix) waits for \(what): the operation was started before it was ready; let an "
+                + "OperationQueue start it, or call start() only once isReady is true")
     }
 
     /// Cancels the operation and its job.

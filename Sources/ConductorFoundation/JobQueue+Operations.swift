@@ -20,7 +20,7 @@ extension JobQueue {
     }
 
     /// Adds Foundation operations as one batch, each wrapped in an ``OperationJob``; see
-    /// ``addJobs(_:waitUntilFinished:)``.
+    /// `addJobs(_:waitUntilFinished:)`.
     ///
     /// - Parameters:
     ///   - operations: Operations that are not on an `OperationQueue` and will not be started elsewhere.

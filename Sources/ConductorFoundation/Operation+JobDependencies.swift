@@ -4,7 +4,7 @@ import Foundation
 extension Operation {
     /// Makes this operation wait until the Conductor `job` has finished.
     ///
-    /// The job can be anywhere: on a ``JobQueue``, or run by a ``JobOperation``. The dependency is a
+    /// The job can be anywhere: on a `JobQueue`, or run by a ``JobOperation``. The dependency is a
     /// proxy operation, already executing, that reports finished (with its key-value
     /// notifications) when the job delivers its `.finished` event, at once if the job has already
     /// finished. It appears in `dependencies` under a name like `job 'Index'`. Adding the same job
@@ -30,6 +30,19 @@ extension Operation {
             addDependency(proxy.operation)
             return
         }
+        _addDependency(onConductorFinishOf: job)
+    }
+
+    /// Makes this operation wait until `job` has finished on the Conductor side, whatever the job
+    /// is: always through a `_JobFinishedOperation`, without the shortcuts of `addDependency(_:)`
+    /// to a Foundation operation. Adding the same job twice does nothing.
+    ///
+    /// The proxy reports finished when the job delivers `.finished`, which the engine does after it
+    /// has released the job's dependents. So once Foundation has seen the proxy finish, every
+    /// Conductor job that depended on `job` no longer waits for it. A shortcut gives no such
+    /// order: Foundation records an `OperationJob`'s operation, or the operation behind
+    /// `job.addDependency(operation)`, as finished before the Conductor side learns of it.
+    func _addDependency(onConductorFinishOf job: Job) {
         if dependencies.contains(where: { ($0 as? _JobFinishedOperation)?.awaitedJob === job }) {
             return
         }

@@ -2,8 +2,8 @@ import Conductor
 import Dispatch
 import Foundation
 
-/// A Conductor ``Job`` that runs an existing Foundation `Operation`, so that operations written
-/// for `OperationQueue` can run on a ``JobQueue`` unchanged.
+/// A Conductor `Job` that runs an existing Foundation `Operation`, so that operations written
+/// for `OperationQueue` can run on a `JobQueue` unchanged.
 ///
 /// The job finishes when Foundation has recorded the operation as finished, not when `start()`
 /// returns. A correct asynchronous operation (one that posts `isExecuting`/`isFinished` changes)
@@ -63,7 +63,7 @@ public final class OperationJob: Job, @unchecked Sendable {
                 try addDependency(dependency)
             } catch {
                 // A new job has not started, and nothing waits for it yet, so no cycle can close.
-                preconditionFailure("OperationJob.init: bridging a dependency failed: \(error)")
+                _trap("OperationJob.init: bridging a dependency failed: \(error)")
             }
         }
     }

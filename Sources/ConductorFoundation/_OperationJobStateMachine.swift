@@ -1,3 +1,5 @@
+import Conductor
+
 /// The bridge side of an ``OperationJob``: whether the job ran its operation, and whether the job
 /// has been told that the operation finished. A pure value; `OperationJob` keeps it in a locked box
 /// and carries out the returned actions after unlocking.
@@ -35,7 +37,7 @@ package struct _OperationJobStateMachine: Sendable {
     /// The engine called `execute()`.
     package mutating func executeBegan() {
         guard state == .idle else {
-            preconditionFailure("OperationJob: execute() called in state \(state)")
+            _trap("OperationJob: execute() called in state \(state)")
         }
         state = .running
     }
@@ -49,7 +51,7 @@ package struct _OperationJobStateMachine: Sendable {
         case .finished, .cancelledBeforeRunning:
             return .none
         case .idle:
-            preconditionFailure("OperationJob: operation finished in state \(state), before the job ran it")
+            _trap("OperationJob: operation finished in state \(state), before the job ran it")
         }
     }
 

@@ -26,7 +26,7 @@ final class _OperationLifecycle: @unchecked Sendable {
         case .none:
             return false
         case .trapAlreadyStarted:
-            preconditionFailure("\(description()).start(): already started; an operation is started once")
+            _trap("\(description()).start(): already started; an operation is started once")
         case .reportFinishedWithoutRunning:
             // Early cancellation, as Apple documents it: never report executing, move straight to
             // finished, with the notification.

@@ -1,3 +1,5 @@
+import Conductor
+
 /// The lifecycle a correct asynchronous `Operation` reports to Foundation, as a pure value.
 ///
 /// ``JobOperation`` and the proxy behind `operation.addDependency(job)` keep it in a locked box.
@@ -82,7 +84,7 @@ package struct _OperationStateMachine: Sendable {
     /// `isExecuting` may now read `true`; call between `willChangeValue` and `didChangeValue`.
     package mutating func executingCommitted() -> ExecutingAction {
         guard case .starting(let jobFinished) = state else {
-            preconditionFailure("JobOperation: executing committed in state \(state)")
+            _trap("JobOperation: executing committed in state \(state)")
         }
         if jobFinished {
             state = .finishing(wasExecuting: true)
@@ -112,7 +114,7 @@ package struct _OperationStateMachine: Sendable {
     /// `isFinished` may now read `true`; call between `willChangeValue` and `didChangeValue`.
     package mutating func finishCommitted() {
         guard case .finishing = state else {
-            preconditionFailure("JobOperation: finish committed in state \(state)")
+            _trap("JobOperation: finish committed in state \(state)")
         }
         state = .finished
     }

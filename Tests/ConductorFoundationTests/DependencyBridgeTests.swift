@@ -16,7 +16,7 @@ struct DependencyBridgeTests {
     @Test("Foundation → Conductor → Foundation: each waits for the one before")
     func foundationConductorFoundationChain() async throws {
         let (firstQueue, firstWorker) = makeOperationQueue("chain-first", limit: 1)
-        let (jobQueue, jobWorker) = makeJobQueue("chain-middle", limit: 1)
+        let (jobQueue, jobWorker) = makeJobQueueOnSerialWorker("chain-middle", limit: 1)
         let (lastQueue, lastWorker) = makeOperationQueue("chain-last", limit: 1)
         let work = ManualWork(count: 1)
         let log = Log<String>()
@@ -31,21 +31,21 @@ struct DependencyBridgeTests {
         firstQueue.addOperation(first)
 
         await work.waitUntilStarted(0)
-        await drain(firstWorker)
-        await drain(jobWorker)
-        await drain(lastWorker)
+        await drainSerialQueue(firstWorker)
+        await drainSerialQueue(jobWorker)
+        await drainSerialQueue(lastWorker)
         #expect(log.values == ["manual-0 started"])
         #expect(middle.state == .pending)
         #expect(!last.isReady)
 
         work.complete(0)
-        await offPool { lastQueue.waitUntilAllOperationsAreFinished() }
+        await runOnDispatchThread { lastQueue.waitUntilAllOperationsAreFinished() }
         #expect(log.values == ["manual-0 started", "manual-0 finished", "middle", "last"])
     }
 
     @Test("Conductor → Foundation → Conductor through the wrappers, with asynchronous work in the middle")
     func conductorFoundationConductorChain() async throws {
-        let (jobQueue, jobWorker) = makeJobQueue("wrapped-chain-jobs", limit: 2)
+        let (jobQueue, jobWorker) = makeJobQueueOnSerialWorker("wrapped-chain-jobs", limit: 2)
         let (operationQueue, operationWorker) = makeOperationQueue("wrapped-chain-operations", limit: 1)
         let work = ManualWork(count: 2)
         let log = Log<String>()
@@ -69,14 +69,14 @@ struct DependencyBridgeTests {
         operationQueue.addOperation(middle)
 
         await work.waitUntilStarted(0)
-        await drain(jobWorker)
-        await drain(operationWorker)
+        await drainSerialQueue(jobWorker)
+        await drainSerialQueue(operationWorker)
         #expect(log.values == ["manual-0 started"])
 
         work.complete(0)
         await work.waitUntilStarted(1)
-        await drain(jobWorker)
-        await drain(operationWorker)
+        await drainSerialQueue(jobWorker)
+        await drainSerialQueue(operationWorker)
         #expect(log.values == ["manual-0 started", "manual-0 finished", "middle started"])
         #expect(last.state == .pending)
 
@@ -182,10 +182,10 @@ struct DependencyBridgeTests {
         // swift-corelibs-foundation refers to dependents without retaining them; a dependent freed
         // before its dependency finishes would be used after it was freed. The proxy holds it.
         let job = BlockJob {}
-        let dependent = { () -> WeakBox<BlockOperation> in
+        let dependent = { () -> WeakReference<BlockOperation> in
             let operation = BlockOperation {}
             operation.addDependency(job)
-            return WeakBox(operation)
+            return WeakReference(operation)
         }()
         #expect(dependent.object != nil)
 
@@ -195,16 +195,16 @@ struct DependencyBridgeTests {
 
     @Test("after a cross-world chain has run, its operations, jobs and proxies are freed")
     func chainIsFreed() async throws {
-        let (jobQueue, jobWorker) = makeJobQueue("freed-chain-jobs", limit: 1)
+        let (jobQueue, jobWorker) = makeJobQueueOnSerialWorker("freed-chain-jobs", limit: 1)
         let (operationQueue, operationWorker) = makeOperationQueue("freed-chain-operations", limit: 1)
         let work = ManualWork(count: 1)
 
         struct Weak: Sendable {
-            let first: WeakBox<ManualAsyncOperation>
-            let middle: WeakBox<BlockJob>
-            let middleProxy: WeakBox<Job>
-            let last: WeakBox<BlockOperation>
-            let lastProxy: WeakBox<Operation>
+            let first: WeakReference<ManualAsyncOperation>
+            let middle: WeakReference<BlockJob>
+            let middleProxy: WeakReference<Job>
+            let last: WeakReference<BlockOperation>
+            let lastProxy: WeakReference<Operation>
         }
         let weak = try { () throws -> Weak in
             let first = ManualAsyncOperation(index: 0, work: work)
@@ -213,8 +213,9 @@ struct DependencyBridgeTests {
             let last = BlockOperation {}
             last.addDependency(middle)
             let weak = Weak(
-                first: WeakBox(first), middle: WeakBox(middle), middleProxy: WeakBox(middle.dependencies[0]),
-                last: WeakBox(last), lastProxy: WeakBox(last.dependencies[0]))
+                first: WeakReference(first), middle: WeakReference(middle),
+                middleProxy: WeakReference(middle.dependencies[0]),
+                last: WeakReference(last), lastProxy: WeakReference(last.dependencies[0]))
             operationQueue.addOperation(last)
             operationQueue.addOperation(first)
             jobQueue.addJob(middle)
@@ -224,13 +225,13 @@ struct DependencyBridgeTests {
         await work.waitUntilStarted(0)
         work.complete(0)
         await jobQueue.waitUntilAllJobsAreFinished()
-        await offPool { operationQueue.waitUntilAllOperationsAreFinished() }
+        await runOnDispatchThread { operationQueue.waitUntilAllOperationsAreFinished() }
         // No completion blocks are set, so Foundation dispatches nothing to its global queues.
         // The last holders are blocks on the two serial worker queues: the job's worker, and the
         // block in which `last` ran and Foundation released it. Once both have returned, nothing
         // but a leak could keep any of these alive.
-        await drain(jobWorker)
-        await drain(operationWorker)
+        await drainSerialQueue(jobWorker)
+        await drainSerialQueue(operationWorker)
         #expect(weak.first.object == nil)
         #expect(weak.middle.object == nil)
         #expect(weak.middleProxy.object == nil)

@@ -15,10 +15,6 @@ import Testing
 // the second cannot be) would find the next operation started. So the serialization tests fail
 // deterministically, not by luck of timing.
 
-private func stderrText(_ result: ExitTest.Result?) -> String {
-    String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-}
-
 @Suite("JobOperation")
 struct JobOperationTests {
     // MARK: Serialization
@@ -68,13 +64,13 @@ struct JobOperationTests {
 
         for index in 0..<10 {
             await work.waitUntilStarted(index)
-            await drain(worker)
-            await drain(worker)
+            await drainSerialQueue(worker)
+            await drainSerialQueue(worker)
             #expect(inFlight.now == 1, "job \(index): another job started while it was executing")
             #expect(operations[index].isExecuting && !operations[index].isFinished)
             work.complete(index)
         }
-        await offPool { queue.waitUntilAllOperationsAreFinished() }
+        await runOnDispatchThread { queue.waitUntilAllOperationsAreFinished() }
 
         #expect(inFlight.maximum == 1)
         #expect(log.values == Array(0..<10))
@@ -96,7 +92,7 @@ struct JobOperationTests {
 
         // Every operation has finished, and not one piece of work has: all ten are in flight at
         // once on a queue limited to one. Nothing can complete them until the test does.
-        await offPool { queue.waitUntilAllOperationsAreFinished() }
+        await runOnDispatchThread { queue.waitUntilAllOperationsAreFinished() }
         #expect(inFlight.now == 10)
         #expect(inFlight.maximum == 10)
 
@@ -123,13 +119,13 @@ struct JobOperationTests {
         queue.addOperation(operation)
 
         await work.waitUntilStarted(0)
-        await drain(worker)
-        await drain(worker)
+        await drainSerialQueue(worker)
+        await drainSerialQueue(worker)
         #expect(log.values == ["job started"])
         #expect(operation.isExecuting)
 
         work.complete(0)
-        await offPool { queue.waitUntilAllOperationsAreFinished() }
+        await runOnDispatchThread { queue.waitUntilAllOperationsAreFinished() }
         #expect(log.values == ["job started", "job finished", "dependent"])
     }
 
@@ -151,7 +147,7 @@ struct JobOperationTests {
 
     @Test("a job's unfinished Conductor dependencies at wrapping become the operation's")
     func jobDependenciesCarryOver() async throws {
-        let (jobQueue, _) = makeJobQueue("carry-over-jobs", limit: 1)
+        let (jobQueue, _) = makeJobQueueOnSerialWorker("carry-over-jobs", limit: 1)
         let (queue, worker) = makeOperationQueue("carry-over-operations", limit: 1)
         let work = ManualWork(count: 1)
         let log = Log<String>()
@@ -170,11 +166,11 @@ struct JobOperationTests {
         jobQueue.addJob(first)
 
         await work.waitUntilStarted(0)
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(log.values == ["first started"])
 
         work.complete(0)
-        await offPool { queue.waitUntilAllOperationsAreFinished() }
+        await runOnDispatchThread { queue.waitUntilAllOperationsAreFinished() }
         #expect(log.values == ["first started", "first finished", "second"])
     }
 
@@ -197,7 +193,7 @@ struct JobOperationTests {
         #expect(operation.isCancelled)
 
         queue.isSuspended = false
-        await offPool { queue.waitUntilAllOperationsAreFinished() }
+        await runOnDispatchThread { queue.waitUntilAllOperationsAreFinished() }
         #expect(operation.isFinished && !operation.isExecuting)
         #expect(ran.value == 0)
         #expect(dependentRan.value == 1)
@@ -225,7 +221,7 @@ struct JobOperationTests {
         // `#require`: the job's body waits for cancellation, so without it the wait would not end.
         try #require(job.isCancelled)
         await job.waitUntilFinished()
-        await offPool { queue.waitUntilAllOperationsAreFinished() }
+        await runOnDispatchThread { queue.waitUntilAllOperationsAreFinished() }
         #expect(operation.isFinished && operation.isCancelled)
     }
 
@@ -247,7 +243,7 @@ struct JobOperationTests {
         job.cancel()
         #expect(operation.isCancelled && operation.isExecuting)
         work.complete(0)
-        await offPool { queue.waitUntilAllOperationsAreFinished() }
+        await runOnDispatchThread { queue.waitUntilAllOperationsAreFinished() }
         #expect(operation.isFinished)
     }
 
@@ -286,10 +282,10 @@ struct JobOperationTests {
     func operationAndJobAreFreed() async {
         let (queue, worker) = makeOperationQueue("lifetime", limit: 1)
         let work = ManualWork(count: 1)
-        let (operation, job) = { () -> (WeakBox<JobOperation>, WeakBox<AsyncBlockJob>) in
+        let (operation, job) = { () -> (WeakReference<JobOperation>, WeakReference<AsyncBlockJob>) in
             let job = AsyncBlockJob { job in work.started(0) { job.finish() } }
             let operation = queue.addJob(job)
-            return (WeakBox(operation), WeakBox(job))
+            return (WeakReference(operation), WeakReference(job))
         }()
         await work.waitUntilStarted(0)
         #expect(operation.object != nil && job.object != nil)
@@ -297,7 +293,7 @@ struct JobOperationTests {
         // Finishing the job reports the operation finished on this thread, and Foundation releases
         // it there; the only other holder is the block that ran `start()` on `worker`.
         work.complete(0)
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(operation.object == nil)
         #expect(job.object == nil)
     }
@@ -315,8 +311,26 @@ struct JobOperationTests {
             try? job.addDependency(blocker)
             operation.start()
         }
-        let message = stderrText(result)
+        let message = standardErrorText(result)
         #expect(message.contains("late-dependent") && message.contains("late-blocker"))
+        #expect(message.contains("added to the job after it was wrapped"))
+    }
+
+    @Test("start() by hand before the job's dependencies have finished traps, saying so and naming them")
+    func startBeforeReadyTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let blocker = BlockJob {}
+            blocker.name = "early-blocker"
+            let job = BlockJob {}
+            job.name = "early-dependent"
+            try? job.addDependency(blocker)
+            let operation = JobOperation(job)
+            operation.start()
+        }
+        let message = standardErrorText(result)
+        #expect(message.contains("early-dependent") && message.contains("early-blocker"))
+        #expect(message.contains("started before it was ready"))
+        #expect(!message.contains("after it was wrapped"))
     }
 
     @Test("starting a JobOperation twice traps, naming the job")
@@ -328,7 +342,7 @@ struct JobOperationTests {
             operation.start()
             operation.start()
         }
-        #expect(stderrText(result).contains("started-twice"))
+        #expect(standardErrorText(result).contains("started-twice"))
     }
 
     @Test("a job on a JobQueue cannot run in a JobOperation: Job.start() traps, naming the job")
@@ -340,6 +354,6 @@ struct JobOperationTests {
             queue.addJob(job)
             JobOperation(job).start()
         }
-        #expect(stderrText(result).contains("queued-job"))
+        #expect(standardErrorText(result).contains("queued-job"))
     }
 }

@@ -43,7 +43,7 @@ struct JobQueueOperationsTests {
 
     @Test("operations start by their queue priority")
     func priorities() async {
-        let (queue, _) = makeJobQueue("priorities", limit: 1)
+        let (queue, _) = makeJobQueueOnSerialWorker("priorities", limit: 1)
         queue.isSuspended = true
         let log = Log<String>()
         let levels: [(String, Operation.QueuePriority)] = [
@@ -61,7 +61,7 @@ struct JobQueueOperationsTests {
 
     @Test("a barrier waits for asynchronous operations added before it, and holds back those added after")
     func barrier() async {
-        let (queue, worker) = makeJobQueue("barrier", limit: 4)
+        let (queue, worker) = makeJobQueueOnSerialWorker("barrier", limit: 4)
         let work = ManualWork(count: 2)
         let log = Log<String>()
         queue.addOperation(ManualAsyncOperation(index: 0, work: work, log: log))
@@ -71,10 +71,10 @@ struct JobQueueOperationsTests {
 
         await work.waitUntilStarted(0)
         await work.waitUntilStarted(1)
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(log.count == 2)
         work.complete(0)
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(log.count == 3, "the barrier still waits for manual-1")
         work.complete(1)
         await queue.waitUntilAllJobsAreFinished()
@@ -88,7 +88,7 @@ struct JobQueueOperationsTests {
         let operations = (0..<3).map { ManualAsyncOperation(index: $0, work: work) }
         let returned = Flag()
         let waiter = Task {
-            await offPool {
+            await runOnDispatchThread {
                 queue.addOperations(operations, waitUntilFinished: true)
                 returned.set()
             }
@@ -108,7 +108,7 @@ struct JobQueueOperationsTests {
         let (queue, _) = makeOperationQueue("add-job", limit: 1)
         let ran = Counter()
         let operation = queue.addJob(BlockJob { ran.increment() })
-        await offPool { queue.waitUntilAllOperationsAreFinished() }
+        await runOnDispatchThread { queue.waitUntilAllOperationsAreFinished() }
         #expect(ran.value == 1)
         #expect(operation.isFinished)
     }

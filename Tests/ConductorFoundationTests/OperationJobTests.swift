@@ -8,7 +8,7 @@ import Testing
 // OperationJob: a Foundation Operation run as a Conductor job.
 //
 // Several tests run the JobQueue's workers on a private serial Dispatch queue (`worker`) and
-// `drain` it after a job's operation has started. A worker that finishes a job takes the next
+// drain it (`drainSerialQueue(_:)`) after a job's operation has started. A worker that finishes a job takes the next
 // ready one in the same Dispatch block. So if the bridge finished the job when the operation's
 // `start()` returned, instead of when the operation really finished, the next job (or the
 // dependent) would have started by the time the drain returns, every time: these tests fail
@@ -20,7 +20,7 @@ struct OperationJobTests {
 
     @Test("ten asynchronous Operations run strictly one at a time, in order, on a limit-1 JobQueue")
     func tenAsynchronousOperationsOneAtATime() async {
-        let (queue, worker) = makeJobQueue("seed-limit-1", limit: 1)
+        let (queue, worker) = makeJobQueueOnSerialWorker("seed-limit-1", limit: 1)
         let work = ManualWork(count: 10)
         let inFlight = InFlight()
         let log = Log<String>()
@@ -30,7 +30,7 @@ struct OperationJobTests {
 
         for index in 0..<10 {
             await work.waitUntilStarted(index)
-            await drain(worker)
+            await drainSerialQueue(worker)
             #expect(inFlight.now == 1, "operation \(index): another operation started while it was executing")
             #expect(jobs[index].isExecuting, "job \(index) finished when start() returned")
             work.complete(index)
@@ -47,7 +47,7 @@ struct OperationJobTests {
 
     @Test("an asynchronous Operation releases its Conductor dependents only when it has finished")
     func asynchronousOperationReleasesDependentsWhenFinished() async throws {
-        let (queue, worker) = makeJobQueue("seed-dependents", limit: 2)
+        let (queue, worker) = makeJobQueueOnSerialWorker("seed-dependents", limit: 2)
         let work = ManualWork(count: 1)
         let log = Log<String>()
         let operation = ManualAsyncOperation(index: 0, work: work, log: log)
@@ -57,7 +57,7 @@ struct OperationJobTests {
         queue.addJobs([job, dependent], waitUntilFinished: false)
 
         await work.waitUntilStarted(0)
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(log.values == ["manual-0 started"])
         #expect(dependent.state == .pending)
 
@@ -70,7 +70,7 @@ struct OperationJobTests {
 
     @Test("a synchronous Operation runs on the job's worker and keeps its completion block")
     func synchronousOperationRunsOnTheWorker() async {
-        let (queue, _) = makeJobQueue("sync", limit: 1)
+        let (queue, _) = makeJobQueueOnSerialWorker("sync", limit: 1)
         let ranOn = Locked<JobQueue?>(nil)
         let operation = BlockOperation { ranOn.withLock { $0 = JobQueue.current } }
         let completed = Signal()
@@ -91,7 +91,7 @@ struct OperationJobTests {
         let operation = BlockOperation { ran.increment() }
         operation.start()
         let job = OperationJob(operation)
-        let (queue, _) = makeJobQueue("already-finished", limit: 1)
+        let (queue, _) = makeJobQueueOnSerialWorker("already-finished", limit: 1)
         queue.addJob(job)
         await job.waitUntilFinished()
         #expect(ran.value == 1)
@@ -102,7 +102,7 @@ struct OperationJobTests {
 
     @Test("an Operation's Foundation dependencies at wrapping become the job's")
     func operationDependenciesCarryOver() async {
-        let (queue, worker) = makeJobQueue("carry-over", limit: 2)
+        let (queue, worker) = makeJobQueueOnSerialWorker("carry-over", limit: 2)
         let work = ManualWork(count: 1)
         let log = Log<String>()
         let first = ManualAsyncOperation(index: 0, work: work, log: log)
@@ -114,7 +114,7 @@ struct OperationJobTests {
         queue.addJob(OperationJob(first))
 
         await work.waitUntilStarted(0)
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(log.values == ["manual-0 started"])
 
         work.complete(0)
@@ -124,7 +124,7 @@ struct OperationJobTests {
 
     @Test("a dependency added to the Operation after wrapping is still honoured; the job holds its slot")
     func lateOperationDependency() async {
-        let (queue, worker) = makeJobQueue("late-dependency", limit: 1)
+        let (queue, worker) = makeJobQueueOnSerialWorker("late-dependency", limit: 1)
         let work = ManualWork(count: 1)
         let log = Log<String>()
         let operation = BlockOperation { log.append("operation") }
@@ -134,7 +134,7 @@ struct OperationJobTests {
         let other = BlockJob { log.append("other") }
         queue.addJobs([job, other], waitUntilFinished: false)
 
-        await drain(worker)
+        await drainSerialQueue(worker)
         // The operation was not ready when its job ran: the job waits, executing, holding the
         // only slot, so `other` cannot start either.
         #expect(job.isExecuting)
@@ -151,7 +151,7 @@ struct OperationJobTests {
 
     @Test("cancelling the job before it runs cancels and finishes the operation without running it")
     func cancelBeforeStart() async throws {
-        let (queue, _) = makeJobQueue("cancel-before", limit: 1)
+        let (queue, _) = makeJobQueueOnSerialWorker("cancel-before", limit: 1)
         queue.isSuspended = true
         let ran = Counter()
         let operation = BlockOperation { ran.increment() }
@@ -179,7 +179,7 @@ struct OperationJobTests {
 
     @Test("cancelling the job while the operation runs cancels the operation; the job finishes with it")
     func cancelWhileRunning() async {
-        let (queue, _) = makeJobQueue("cancel-running", limit: 1)
+        let (queue, _) = makeJobQueueOnSerialWorker("cancel-running", limit: 1)
         let work = ManualWork(count: 1)
         let operation = ManualAsyncOperation(index: 0, work: work)
         let job = OperationJob(operation)
@@ -231,17 +231,17 @@ struct OperationJobTests {
 
     /// Builds an asynchronous operation and its job, adds the job, and keeps only weak references.
     private static func addDroppedOperation(to queue: JobQueue, work: ManualWork)
-        -> (WeakBox<ManualAsyncOperation>, WeakBox<OperationJob>)
+        -> (WeakReference<ManualAsyncOperation>, WeakReference<OperationJob>)
     {
         let operation = ManualAsyncOperation(index: 0, work: work)
         let job = OperationJob(operation)
         queue.addJob(job)
-        return (WeakBox(operation), WeakBox(job))
+        return (WeakReference(operation), WeakReference(job))
     }
 
     @Test("an asynchronous Operation and its job are freed once it has finished")
     func asynchronousOperationAndJobAreFreed() async {
-        let (queue, worker) = makeJobQueue("lifetime-async", limit: 1)
+        let (queue, worker) = makeJobQueueOnSerialWorker("lifetime-async", limit: 1)
         let work = ManualWork(count: 1)
         let (operation, job) = Self.addDroppedOperation(to: queue, work: work)
         await work.waitUntilStarted(0)
@@ -252,24 +252,24 @@ struct OperationJobTests {
         // except the worker block, which may still be returning.
         work.complete(0)
         await queue.waitUntilAllJobsAreFinished()
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(operation.object == nil)
         #expect(job.object == nil)
     }
 
     @Test("a synchronous Operation and its job are freed once it has finished")
     func synchronousOperationAndJobAreFreed() async {
-        let (queue, worker) = makeJobQueue("lifetime-sync", limit: 1)
-        let (operation, job) = { () -> (WeakBox<BlockOperation>, WeakBox<OperationJob>) in
+        let (queue, worker) = makeJobQueueOnSerialWorker("lifetime-sync", limit: 1)
+        let (operation, job) = { () -> (WeakReference<BlockOperation>, WeakReference<OperationJob>) in
             let operation = BlockOperation {}
             let job = OperationJob(operation)
             queue.addJob(job)
-            return (WeakBox(operation), WeakBox(job))
+            return (WeakReference(operation), WeakReference(job))
         }()
         await queue.waitUntilAllJobsAreFinished()
         // The operation finished inside the worker's block; once that block has returned, nothing
         // but a leak could hold either object.
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(operation.object == nil)
         #expect(job.object == nil)
     }

@@ -36,6 +36,9 @@ package final class Counter: Sendable {
     @discardableResult
     package func increment() -> Int { storage.add(1, ordering: .sequentiallyConsistent).newValue }
     package var value: Int { storage.load(ordering: .sequentiallyConsistent) }
+    /// Counts one down and returns the new value.
+    @discardableResult
+    package func decrement() -> Int { storage.subtract(1, ordering: .sequentiallyConsistent).newValue }
 }
 
 /// A thread-safe flag.
@@ -56,10 +59,13 @@ package final class InFlight: Sendable {
 
     package init() {}
 
-    package func enter() {
+    /// Counts one more job in flight and returns how many are in flight now, this one included.
+    @discardableResult
+    package func enter() -> Int {
         let now = current.add(1, ordering: .sequentiallyConsistent).newValue
         peak.max(now, ordering: .sequentiallyConsistent)
         total.add(1, ordering: .sequentiallyConsistent)
+        return now
     }
 
     package func leave() { current.subtract(1, ordering: .sequentiallyConsistent) }

@@ -17,23 +17,8 @@ import Testing
 
 // MARK: - Helpers (private to this file)
 
-/// Suspends until `queue` has run every block submitted to it so far (for a serial queue: until
-/// the block running now, such as a queue worker, has returned).
-private func drain(_ queue: DispatchQueue) async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        queue.async { continuation.resume() }
-    }
-}
-
-/// A queue whose workers run on a private serial Dispatch queue.
-private func makeQueue(_ name: String, limit: Int) -> (JobQueue, worker: DispatchQueue) {
-    let worker = DispatchQueue(label: "AsynchronousJobTests.\(name)")
-    let queue = JobQueue(name: name, maxConcurrentJobCount: limit)
-    queue.underlyingQueue = worker
-    return (queue, worker)
-}
-
 /// An AsynchronousJob subclass: it computes its result on another Dispatch queue, then finishes.
+// @unchecked Sendable: an immutable Dispatch queue and two atomics; the rest is `AsynchronousJob`'s.
 private final class Fetch: AsynchronousJob, @unchecked Sendable {
     private let completionQueue: DispatchQueue
     private let storage = Atomic<Int>(0)
@@ -56,6 +41,7 @@ private final class Fetch: AsynchronousJob, @unchecked Sendable {
 }
 
 /// An AsynchronousJob subclass whose work the test finishes by hand.
+// @unchecked Sendable: a `Signal` (Sendable) and an atomic; the rest is `AsynchronousJob`'s.
 private final class ManualJob: AsynchronousJob, @unchecked Sendable {
     let started = Signal()
     let executeCalls = Atomic<Int>(0)
@@ -77,7 +63,7 @@ struct AsynchronousJobTests {
         // Both variants complete on a separate serial DispatchQueue. When it targets the queue's
         // worker, a slot freed too early is caught deterministically (see the file comment);
         // otherwise the completions race the worker, as in most real code.
-        let (queue, worker) = makeQueue("limit 1", limit: 1)
+        let (queue, worker) = makeJobQueueOnSerialWorker("limit 1", limit: 1)
         let completionQueue =
             completionQueueTargetsWorker
             ? DispatchQueue(label: "AsynchronousJobTests.completion", target: worker)
@@ -145,7 +131,7 @@ struct AsynchronousJobTests {
 
     @Test("a dependent of an asynchronous job starts only after that job's finish()")
     func dependentWaitsForFinish() async throws {
-        let (queue, worker) = makeQueue("dependents", limit: JobQueue.defaultMaxConcurrentJobCount)
+        let (queue, worker) = makeJobQueueOnSerialWorker("dependents")
         let otherQueue = JobQueue(name: "other")
         let job = ManualJob()
         let sawFinishCalled = Log<String>()
@@ -162,7 +148,7 @@ struct AsynchronousJobTests {
         queue.addJob(job)
 
         await job.started.wait()
-        await drain(worker)  // the worker that ran execute() has returned
+        await drainSerialQueue(worker)  // the worker that ran execute() has returned
         #expect(job.isExecuting)
         #expect(sameQueueDependent.state == .pending)
         #expect(otherQueueDependent.state == .pending)
@@ -176,7 +162,7 @@ struct AsynchronousJobTests {
 
     @Test("a dependent of an AsyncBlockJob that completes later waits for its finish()")
     func dependentOfCallbackJob() async throws {
-        let (queue, worker) = makeQueue("callback dependents", limit: JobQueue.defaultMaxConcurrentJobCount)
+        let (queue, worker) = makeJobQueueOnSerialWorker("callback dependents")
         let log = Log<String>()
         let job = AsyncBlockJob { job in
             log.append("execute returned")
@@ -194,7 +180,7 @@ struct AsynchronousJobTests {
 
     @Test("cancelling an asynchronous job before its queue starts it never calls execute()")
     func cancelBeforeStartNeverExecutes() async throws {
-        let (queue, worker) = makeQueue("one slot", limit: 1)
+        let (queue, worker) = makeJobQueueOnSerialWorker("one slot", limit: 1)
         let gate = ManualJob()
         queue.addJob(gate)
         await gate.started.wait()
@@ -225,7 +211,7 @@ struct AsynchronousJobTests {
 
         gate.finish()
         await queue.waitUntilAllJobsAreFinished()
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(bodyRuns.value == 0)
         #expect(subclassJob.executeCalls.load(ordering: .sequentiallyConsistent) == 0)
         #expect(suspendedJob.executeCalls.load(ordering: .sequentiallyConsistent) == 0)
@@ -234,7 +220,7 @@ struct AsynchronousJobTests {
 
     @Test("cancelling an executing asynchronous job keeps its slot until finish()")
     func cancelWhileExecutingKeepsTheSlot() async {
-        let (queue, worker) = makeQueue("one slot", limit: 1)
+        let (queue, worker) = makeJobQueueOnSerialWorker("one slot", limit: 1)
         let job = ManualJob()
         let nextRuns = Counter()
         let next = BlockJob { nextRuns.increment() }
@@ -245,7 +231,7 @@ struct AsynchronousJobTests {
         await job.started.wait()
 
         job.cancel()
-        await drain(worker)  // a worker started by cancel() (wrongly) would have run by now
+        await drainSerialQueue(worker)  // a worker started by cancel() (wrongly) would have run by now
         #expect(job.isCancelled && job.isExecuting)
         #expect(next.state == .ready)
         #expect(nextRuns.value == 0)
@@ -259,7 +245,7 @@ struct AsynchronousJobTests {
 
     @Test("an AsynchronousJob subclass finishes when it calls finish(), on a queue")
     func subclassOnAQueue() async throws {
-        let (queue, worker) = makeQueue("subclass", limit: 1)
+        let (queue, worker) = makeJobQueueOnSerialWorker("subclass", limit: 1)
         let completions = DispatchQueue(label: "AsynchronousJobTests.fetch", target: worker)
         let fetches = (0..<5).map { _ in Fetch(completionQueue: completions) }
         let seenByDependent = Log<Int>()
@@ -299,7 +285,7 @@ struct AsynchronousJobTests {
 
     @Test("finish() called from inside execute() finishes the job once")
     func finishInsideExecute() async {
-        let (queue, worker) = makeQueue("inline finish", limit: 1)
+        let (queue, worker) = makeJobQueueOnSerialWorker("inline finish", limit: 1)
         let runs = Counter()
         let completions = Counter()
         let jobs = (0..<20).map { _ in
@@ -314,7 +300,7 @@ struct AsynchronousJobTests {
         jobs[0].observe { events.append($0) }
         queue.addJobs(jobs, waitUntilFinished: false)
         await queue.waitUntilAllJobsAreFinished()
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(runs.value == 20)
         #expect(completions.value == 20)
         #expect(jobs.allSatisfy { $0.isFinished && !$0.isCancelled })
@@ -325,6 +311,7 @@ struct AsynchronousJobTests {
 
 /// Groups started jobs into batches of `size` (the last batch holds the rest) and hands each full
 /// batch back to the caller that completed it.
+// @unchecked Sendable: `size` and `total` are immutable; `started` and `pending` are only touched on `lock`.
 private final class Batcher: @unchecked Sendable {
     private let lock = DispatchQueue(label: "AsynchronousJobTests.Batcher")
     private let size: Int

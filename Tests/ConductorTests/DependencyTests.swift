@@ -11,6 +11,7 @@ import Testing
 // MARK: - Helpers (private to this file)
 
 /// A synchronous job that checks, when it runs, that the jobs it must follow have finished.
+// @unchecked Sendable: `mustFollow` is set before the job is enqueued or started; the rest is immutable and Sendable.
 private final class CheckedJob: Job, @unchecked Sendable {
     /// Set before the job is enqueued or started; read by execute() (ordered by the engine's lock).
     var mustFollow: [Job] = []
@@ -35,20 +36,6 @@ private final class CheckedJob: Job, @unchecked Sendable {
     }
 }
 
-/// Holds a job weakly.
-private final class WeakJob: @unchecked Sendable {
-    weak var job: Job?
-    init(_ job: Job) { self.job = job }
-}
-
-/// Suspends until `queue` has run every block submitted to it so far. For the serial queue a
-/// JobQueue's workers run on, this means the workers have returned and released the jobs they held.
-private func drain(_ queue: DispatchQueue) async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        queue.async { continuation.resume() }
-    }
-}
-
 /// Evaluates `body` and returns the error it threw, or `nil`.
 private func thrownError(_ body: @autoclosure () throws(JobError) -> Void) -> JobError? {
     do {
@@ -60,19 +47,6 @@ private func thrownError(_ body: @autoclosure () throws(JobError) -> Void) -> Jo
 }
 
 private func ids(_ jobs: [Job]) -> [UInt64] { jobs.map(\.id) }
-
-/// A small, fast, seedable generator (SplitMix64), so that the property test is reproducible.
-private struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 // MARK: - Tests
 
@@ -277,7 +251,7 @@ struct DependencyTests {
         let root = AsyncBlockJob { job in
             DispatchQueue.global().async { job.finish() }
         }
-        var weakDependents: [WeakJob] = []
+        var weakDependents: [WeakReference<Job>] = []
         do {
             var dependents: [Job] = []
             for index in 0..<1_000 {
@@ -285,7 +259,7 @@ struct DependencyTests {
                 try dependent.addDependency(root)
                 dependent.mustFollow = [root]
                 dependents.append(dependent)
-                weakDependents.append(WeakJob(dependent))
+                weakDependents.append(WeakReference(dependent))
             }
             queue.addJobs(dependents, waitUntilFinished: false)
             #expect(queue.jobCount == 1_000)
@@ -293,12 +267,12 @@ struct DependencyTests {
         }
         queue.addJob(root)
         await queue.waitUntilAllJobsAreFinished()
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(runs.value == 1_000)
         #expect(violations.value == 0)
         #expect(root.dependencies.isEmpty)
         // The finished root, still alive here, no longer holds its dependents.
-        #expect(weakDependents.allSatisfy { $0.job == nil })
+        #expect(weakDependents.allSatisfy { $0.object == nil })
     }
 
     @Test("cancelling an unstarted job releases its dependents, which see it as cancelled")
@@ -356,7 +330,7 @@ struct DependencyTests {
         queue.addJob(dependent!)
         queue.addJob(dependency!)
         await queue.waitUntilAllJobsAreFinished()
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(dependent!.isFinished && dependency!.isFinished)
 
         if dropDependentFirst {
@@ -395,7 +369,7 @@ struct DependencyTests {
         }
         await last!.waitUntilFinished()
         await queue.waitUntilAllJobsAreFinished()
-        await drain(worker)
+        await drainSerialQueue(worker)
         weak let weakLast = last
         last = nil  // the only reference to the last job: had it kept the chain, this would recurse 100,000 deep
         #expect(weakLast == nil)
@@ -439,20 +413,22 @@ struct DependencyTests {
     func longerCycle() async throws {
         // Each job depends on one created after it, so every edge takes the Pearce–Kelly slow path
         // (the dependency's initial order is greater than the dependent's) and reorders the jobs.
-        let jobs = (0..<5).map { index in
-            let job = Job()
-            job.name = "J\(index)"
+        // Each job's work records its start: observers are not used for the order, because an
+        // event may be delivered by another thread after a later job's.
+        let order = Log<String>()
+        func recording(_ name: String) -> Job {
+            let job = BlockJob { order.append(name) }
+            job.name = name
             return job
         }
+        let jobs = (0..<5).map { recording("J\($0)") }
         for index in 0..<4 {
             try jobs[index].addDependency(jobs[index + 1])  // J0 waits for J1, ..., J3 waits for J4
         }
         // Jobs that hang off the cycle must not appear in the error.
-        let offCycle = Job()
-        offCycle.name = "off"
+        let offCycle = recording("off")
         try offCycle.addDependency(jobs[2])
-        let offDependency = Job()
-        offDependency.name = "offDependency"
+        let offDependency = recording("offDependency")
         try jobs[4].addDependency(offDependency)
 
         let thrown = try #require(thrownError(try jobs[4].addDependency(jobs[0])))
@@ -470,10 +446,6 @@ struct DependencyTests {
         // The graph is unchanged: the jobs run in dependency order.
         #expect(ids(jobs[4].dependencies) == [offDependency.id])
         #expect(ids(jobs[2].dependencies) == [jobs[3].id])
-        let order = Log<String>()
-        for job in jobs + [offCycle, offDependency] {
-            job.observe { if $0 == .started { order.append(job.displayName) } }
-        }
         let queue = JobQueue(name: "cycle", maxConcurrentJobCount: 1)
         queue.addJobs(jobs + [offCycle, offDependency], waitUntilFinished: false)
         await queue.waitUntilAllJobsAreFinished()
@@ -541,7 +513,7 @@ struct DependencyTests {
         "the incremental topological order accepts exactly the edges a brute-force reachability check accepts",
         arguments: [1, 2, 3, 42, 0xDEAD_BEEF] as [UInt64])
     func pearceKellyMatchesBruteForce(seed: UInt64) async throws {
-        var random = SplitMix64(state: seed)
+        var random = SeededRandom(seed: seed)
         let count = 200
         let violations = Counter()
         // Created in one order, indexed in another: about half the insertions take the slow path.

@@ -9,8 +9,9 @@ import Testing
 //
 // Synchronization notes (house rules: no sleeps, no timed assertions, never block the two
 // cooperative-pool threads):
-// - `waitFor(_:)` blocks a thread of a fresh *serial* DispatchQueue (Dispatch gives those their own
-//   "overcommit" thread at once) and resumes the test's task when the semaphore is signalled.
+// - `waitForSignals(_:count:)` (ConductorTestSupport) blocks a thread of a fresh *serial*
+//   DispatchQueue (Dispatch gives those their own "overcommit" thread at once) and resumes the
+//   test's task when the semaphore is signalled.
 // - On Linux, Swift tasks run on the default-QoS global Dispatch pool (one thread per core, two
 //   here, growing by only one thread per second once all are blocked). Job bodies that block on
 //   gates therefore run on `.utility` workers (`blockingQueue(_:limit:)`, `makeWorkers(_:)`), a
@@ -18,9 +19,10 @@ import Testing
 //   slot for a long time are `AsyncBlockJob`s that the test finishes: they hold their slot
 //   without holding a thread.
 // - To prove that something did NOT start, a test runs the queue on its own concurrent
-//   `underlyingQueue` and `flush`es it with a barrier block: the engine dispatches its workers to
-//   that queue synchronously from the call that made work startable, so once a barrier submitted
-//   afterwards has run, every worker that could have started the job has run to completion.
+//   `underlyingQueue` and drains it with a barrier block (`drainConcurrentQueue(_:)`): the engine
+//   dispatches its workers to that queue synchronously from the call that made work startable, so
+//   once a barrier submitted afterwards has run, every worker that could have started the job has
+//   run to completion.
 //   (Only done when no job body is blocked on that queue, or the barrier would wait forever.)
 // - A worker that finishes a plain (synchronous) job claims the next job in the same critical
 //   section in which it finishes the first, before that job's waiters are woken; so right after
@@ -28,35 +30,8 @@ import Testing
 
 // MARK: - Helpers
 
-/// Suspends until `semaphore` has been signalled `count` times, blocking a fresh serial-queue
-/// thread (never a cooperative-pool thread).
-private func waitFor(_ semaphore: DispatchSemaphore, count: Int = 1) async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        DispatchQueue(label: "JobQueueTests.waiter").async {
-            for _ in 0..<count { semaphore.wait() }
-            continuation.resume()
-        }
-    }
-}
-
-/// Runs `body` on a fresh serial-queue thread (it may block) and suspends until it returns.
-private func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { (continuation: CheckedContinuation<T, Never>) in
-        DispatchQueue(label: "JobQueueTests.offPool").async {
-            continuation.resume(returning: body())
-        }
-    }
-}
-
-/// Returns once every block submitted to the concurrent `queue` before this call has completed.
-private func flush(_ queue: DispatchQueue) async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        queue.async(flags: .barrier) { continuation.resume() }
-    }
-}
-
-/// A concurrent Dispatch queue for a JobQueue's workers, so that the test can `flush` it. Its
-/// quality of service is `.utility`; see `blockingQueue(_:limit:)`.
+/// A concurrent Dispatch queue for a JobQueue's workers, so that the test can drain it with
+/// `drainConcurrentQueue(_:)`. Its quality of service is `.utility`; see `blockingQueue(_:limit:)`.
 private func makeWorkers(_ label: String) -> DispatchQueue {
     DispatchQueue(label: "JobQueueTests.workers.\(label)", qos: .utility, attributes: .concurrent)
 }
@@ -75,6 +50,7 @@ private func blockingQueue(_ name: String, limit: Int = JobQueue.defaultMaxConcu
 
 /// A synchronous job that signals `started`, blocks until `gate` is opened, then records whether
 /// it had been cancelled meanwhile. Blocks a Dispatch thread while gated.
+// @unchecked Sendable: semaphores, an atomic and an immutable `InFlight` reference; the rest is `Job`'s.
 private final class GatedJob: Job, @unchecked Sendable {
     let started = DispatchSemaphore(value: 0)
     let gate = DispatchSemaphore(value: 0)
@@ -120,10 +96,6 @@ private func recordingJob(_ name: String, _ log: Log<String>, priority: JobPrior
 private func isSameQueue(_ a: JobQueue?, _ b: JobQueue) -> Bool {
     guard let a else { return false }
     return a === b
-}
-
-private final class WeakQueue: @unchecked Sendable {
-    weak var queue: JobQueue?
 }
 
 private let specificKey = DispatchSpecificKey<String>()
@@ -211,12 +183,12 @@ private let specificKey = DispatchSpecificKey<String>()
                 tracker.leave()
             }
         }
-        await waitFor(started, count: 2)
+        await waitForSignals(started, count: 2)
         #expect(tracker.now == 2)
         // Release one job at a time; each release lets exactly one more start.
         for _ in 0..<(total - 2) {
             gate.signal()
-            await waitFor(started)
+            await waitForSignals(started)
         }
         gate.signal()
         gate.signal()
@@ -241,16 +213,16 @@ private let specificKey = DispatchSpecificKey<String>()
                     started.signal()
                 })
         }
-        await waitFor(started, count: 3)
-        await flush(workers)
+        await waitForSignals(started, count: 3)
+        await drainConcurrentQueue(workers)
         // execute() has returned for all three, yet they hold their slots until finish().
         #expect(startedJobs.count == 3)
         for finished in 0..<(total - 3) {
             let job = startedJobs.values[finished]
             tracker.leave()
             job.finish()
-            await waitFor(started)
-            await flush(workers)
+            await waitForSignals(started)
+            await drainConcurrentQueue(workers)
             #expect(startedJobs.count == 3 + finished + 1)
         }
         for job in startedJobs.values[(total - 3)...] {
@@ -272,8 +244,8 @@ private let specificKey = DispatchSpecificKey<String>()
         let next = BlockJob { sawHolderFinished.set(holder.isFinished) }
         queue.addJob(holder)
         queue.addJob(next)
-        await waitFor(started)
-        await flush(workers)
+        await waitForSignals(started)
+        await drainConcurrentQueue(workers)
         #expect(holder.isExecuting)
         #expect(next.state == .ready)
         holder.finish()
@@ -292,11 +264,11 @@ private let specificKey = DispatchSpecificKey<String>()
         }
         queue.addJob(first)
         queue.addJob(second)
-        await waitFor(first.started)
+        await waitForSignals(first.started)
         queue.maxConcurrentJobCount = 2
         #expect(queue.maxConcurrentJobCount == 2)
         // If raising the limit did not start the waiting job, this would never return.
-        await waitFor(secondStarted)
+        await waitForSignals(secondStarted)
         #expect(firstWasRunning.value)
         #expect(first.isExecuting)
         first.open()
@@ -317,8 +289,8 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.addJob(first)
         queue.addJob(second)
         queue.addJob(third)
-        await waitFor(first.started)
-        await waitFor(second.started)
+        await waitForSignals(first.started)
+        await waitForSignals(second.started)
         queue.maxConcurrentJobCount = 1
         first.open()
         await first.waitUntilFinished()
@@ -345,17 +317,17 @@ private let specificKey = DispatchSpecificKey<String>()
         }
         for job in holders { queue.addJob(job) }
         for job in waiting { queue.addJob(job) }
-        await waitFor(started, count: 3)
+        await waitForSignals(started, count: 3)
         queue.maxConcurrentJobCount = 1
 
         tracker.leave()
         holders[0].finish()
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         #expect(waiting.allSatisfy { $0.state == .ready })  // 2 running, limit 1
 
         tracker.leave()
         holders[1].finish()
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         #expect(waiting.allSatisfy { $0.state == .ready })  // 1 running, limit 1
 
         tracker.leave()
@@ -373,7 +345,7 @@ private let specificKey = DispatchSpecificKey<String>()
         let log = Log<String>()
         let jobs = ["a", "b", "c"].map { recordingJob($0, log) }
         for job in jobs { queue.addJob(job) }
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         #expect(log.count == 0)
         #expect(jobs.allSatisfy { $0.state == .ready })
         #expect(queue.jobCount == 3)
@@ -388,10 +360,10 @@ private let specificKey = DispatchSpecificKey<String>()
         let next = recordingJob("next", log)
         queue.addJob(holder)
         queue.addJob(next)
-        await waitFor(started)
+        await waitForSignals(started)
         queue.maxConcurrentJobCount = 0
         holder.finish()
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         #expect(holder.isFinished)
         #expect(next.state == .ready)
         queue.maxConcurrentJobCount = 2
@@ -406,7 +378,7 @@ private let specificKey = DispatchSpecificKey<String>()
         let started = DispatchSemaphore(value: 0)
         let holder = makeHolder(started)
         queue.addJob(holder)
-        await waitFor(started)
+        await waitForSignals(started)
         let log = Log<String>()
         let batch = [
             recordingJob("low", log, priority: .low),
@@ -467,12 +439,12 @@ private let specificKey = DispatchSpecificKey<String>()
             return job
         }
         let returned = Flag()
-        async let observedAtReturn: (allFinished: Bool, completions: Int) = offPool {
+        async let observedAtReturn: (allFinished: Bool, completions: Int) = runOnDispatchThread {
             queue.addJobs(batch, waitUntilFinished: true)
             returned.set()
             return (batch.allSatisfy { $0.isFinished }, completions.value)
         }
-        await waitFor(started)
+        await waitForSignals(started)
         // The first job is blocked on the gate, so the call cannot have returned.
         #expect(!returned.value)
         for _ in batch { gate.signal() }
@@ -494,8 +466,8 @@ private let specificKey = DispatchSpecificKey<String>()
         let gated = GatedJob()
         queue.addJob(holder)
         queue.addJob(gated)
-        await waitFor(started)
-        await waitFor(gated.started)
+        await waitForSignals(started)
+        await waitForSignals(gated.started)
 
         queue.isSuspended = true
         #expect(queue.isSuspended)
@@ -507,7 +479,7 @@ private let specificKey = DispatchSpecificKey<String>()
         await gated.waitUntilFinished()
         holder.finish()
         await holder.waitUntilFinished()
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         #expect(log.count == 0)
         #expect(waiting.allSatisfy { $0.state == .ready })
 
@@ -548,8 +520,8 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.addJob(early)
         queue.addJob(holderA)
         queue.addJob(holderB)
-        await waitFor(startedA)
-        await waitFor(startedB)
+        await waitForSignals(startedA)
+        await waitForSignals(startedB)
 
         let barrierStarted = DispatchSemaphore(value: 0)
         let barrierGate = DispatchSemaphore(value: 0)
@@ -562,7 +534,7 @@ private let specificKey = DispatchSpecificKey<String>()
             barrierStarted.signal()
             // Block (so that held jobs get a chance to start wrongly) only when running at the
             // right time: a barrier that ran too early must not block the worker queue that the
-            // test flushes, or the test would hang instead of failing.
+            // test drains, or the test would hang instead of failing.
             if earlierFinished { barrierGate.wait() }
             inBarrier.set(false)
             barrierDone.set()
@@ -579,20 +551,20 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.addJob(late1)
         queue.addJob(late2)
 
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         #expect(!log.values.contains("barrier"))
         #expect(late1.state == .ready && late2.state == .ready)
 
         tracker.leave()
         holderA.finish()
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         // holderB (asynchronous) still runs: the barrier must keep waiting.
         #expect(!log.values.contains("barrier"))
         #expect(late1.state == .ready && late2.state == .ready)
 
         tracker.leave()
         holderB.finish()
-        await waitFor(barrierStarted)
+        await waitForSignals(barrierStarted)
         #expect(late1.state == .ready && late2.state == .ready)
         barrierGate.signal()
         await queue.waitUntilAllJobsAreFinished()
@@ -621,8 +593,8 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.addBarrierBlock { log.append("b3") }
         queue.addJob(recordingJob("j3", log, priority: .veryHigh))
 
-        await waitFor(started)
-        await flush(workers)
+        await waitForSignals(started)
+        await drainConcurrentQueue(workers)
         #expect(Set(log.values) == ["j1a", "j1b"])
         holder.finish()
         await queue.waitUntilAllJobsAreFinished()
@@ -643,7 +615,7 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.underlyingQueue = workers
         let log = Log<String>()
         queue.addBarrierBlock { log.append("barrier") }
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         // Checked before waiting, so that a barrier that never runs fails instead of hanging.
         try #require(log.values == ["barrier"])
         await queue.waitUntilAllJobsAreFinished()
@@ -663,7 +635,7 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.isSuspended = true
         queue.addBarrierBlock { log.append("b1") }
         queue.addJob(recordingJob("j1", log))
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         #expect(log.count == 0)
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
@@ -673,13 +645,13 @@ private let specificKey = DispatchSpecificKey<String>()
         let started = DispatchSemaphore(value: 0)
         let holder = makeHolder(started)
         queue.addJob(holder)
-        await waitFor(started)
+        await waitForSignals(started)
         queue.addBarrierBlock { log.append("b2") }
         queue.addJob(recordingJob("j2", log))
         queue.isSuspended = true
         holder.finish()
         await holder.waitUntilFinished()
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         #expect(log.values == ["b1", "j1"])
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
@@ -694,7 +666,7 @@ private let specificKey = DispatchSpecificKey<String>()
         let started = DispatchSemaphore(value: 0)
         let holder = makeHolder(started)
         queue.addJob(holder)
-        await waitFor(started)
+        await waitForSignals(started)
         queue.addBarrierBlock { log.append("barrier") }
         queue.cancelAllJobs()
         #expect(holder.isCancelled && holder.isExecuting)
@@ -704,7 +676,7 @@ private let specificKey = DispatchSpecificKey<String>()
             log.append("later")
         }
         queue.addJob(later)
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         #expect(later.state == .ready)
         holder.finish()
         await queue.waitUntilAllJobsAreFinished()
@@ -733,7 +705,7 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.addJob(plain)
         queue.addJob(asynchronous)
         queue.addJob(pending)
-        await waitFor(running.started)
+        await waitForSignals(running.started)
         #expect(queue.jobCount == 4)
 
         queue.cancelAllJobs()
@@ -785,7 +757,7 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(seen.count == 4)
 
         // Not on a plain Dispatch thread, nor in a job started without a queue.
-        let onDispatch = await offPool { JobQueue.current == nil }
+        let onDispatch = await runOnDispatchThread { JobQueue.current == nil }
         #expect(onDispatch)
         let inStartedJob = Flag()
         let unqueued = BlockJob { inStartedJob.set(JobQueue.current == nil) }
@@ -848,7 +820,7 @@ private let specificKey = DispatchSpecificKey<String>()
             plugged.signal()
             unplug.wait()
         }
-        await waitFor(plugged)
+        await waitForSignals(plugged)
         let ranEarly = Counter()
         let early = [BlockJob { ranEarly.increment() }, BlockJob { ranEarly.increment() }]
         for job in early { queue.addJob(job) }
@@ -861,7 +833,7 @@ private let specificKey = DispatchSpecificKey<String>()
         let seen = Log<String>()
         let job = BlockJob { seen.append(DispatchQueue.getSpecific(key: specificKey) ?? "none") }
         queue.addJob(job)
-        await flush(newTarget)
+        await drainConcurrentQueue(newTarget)
         #expect(job.isFinished, "a job added after the change waits for the old underlying queue")
 
         unplug.signal()
@@ -873,13 +845,11 @@ private let specificKey = DispatchSpecificKey<String>()
     // MARK: Lifetime
 
     /// Builds a queue, adds `jobs` and drops every reference to it except a weak one.
-    private static func addToDroppedQueue(_ jobs: [Job], workers: DispatchQueue) -> WeakQueue {
+    private static func addToDroppedQueue(_ jobs: [Job], workers: DispatchQueue) -> WeakReference<JobQueue> {
         let queue = JobQueue(name: "dropped", maxConcurrentJobCount: 1)
         queue.underlyingQueue = workers
         for job in jobs { queue.addJob(job) }
-        let weak = WeakQueue()
-        weak.queue = queue
-        return weak
+        return WeakReference(queue)
     }
 
     @Test func droppedQueueFinishesItsJobsAndIsThenFreed() async {
@@ -891,9 +861,9 @@ private let specificKey = DispatchSpecificKey<String>()
         let tail = (0..<5).map { _ in BlockJob { ran.increment() } }
         let weak = Self.addToDroppedQueue([holder] + tail, workers: workers)
 
-        await waitFor(started)
+        await waitForSignals(started)
         // Nobody but its unfinished jobs references the queue, and it is still alive.
-        #expect(weak.queue != nil)
+        #expect(weak.object != nil)
 
         holder.finish()
         for job in tail { await job.waitUntilFinished() }
@@ -901,22 +871,17 @@ private let specificKey = DispatchSpecificKey<String>()
         // The last references to the queue are the worker blocks on `workers`, which may still be
         // returning after they woke our waiters. A barrier block runs only once every block
         // submitted before it has returned and been released, and no worker can be submitted
-        // after the last job finished (nothing is left to start), so after the flush nothing
+        // after the last job finished (nothing is left to start), so after the drain nothing
         // but a leak could keep the queue alive.
-        await flush(workers)
-        #expect(weak.queue == nil)
-    }
-
-    private final class WeakJobs: @unchecked Sendable {
-        weak var pending: Job?
-        weak var held: Job?
+        await drainConcurrentQueue(workers)
+        #expect(weak.object == nil)
     }
 
     /// Builds a queue holding a job that waits for `blocker`, then a barrier, then a job held behind
     /// it; keeps only weak references to the queue and its jobs. Every callback signals `done`.
     private static func addDependentWorkToDroppedQueue(
         blocker: Job, workers: DispatchQueue, log: Log<String>, done: DispatchSemaphore
-    ) throws -> (WeakQueue, WeakJobs) {
+    ) throws -> (queue: WeakReference<JobQueue>, pending: WeakReference<Job>, held: WeakReference<Job>) {
         let queue = JobQueue(name: "dropped-pending", maxConcurrentJobCount: 1)
         queue.underlyingQueue = workers
         let pending = BlockJob { log.append("pending") }
@@ -927,12 +892,7 @@ private let specificKey = DispatchSpecificKey<String>()
         queue.addJob(pending)
         queue.addBarrierBlock { log.append("barrier") }
         queue.addJob(held)
-        let weakQueue = WeakQueue()
-        weakQueue.queue = queue
-        let weakJobs = WeakJobs()
-        weakJobs.pending = pending
-        weakJobs.held = held
-        return (weakQueue, weakJobs)
+        return (WeakReference(queue), WeakReference(pending), WeakReference(held))
     }
 
     @Test func droppedQueueWithPendingAndHeldJobsRunsThemAndFreesEverything() async throws {
@@ -945,23 +905,23 @@ private let specificKey = DispatchSpecificKey<String>()
         let done = DispatchSemaphore(value: 0)
         let blocker = BlockJob { log.append("blocker") }
         parking.addJob(blocker)
-        let (weakQueue, weakJobs) = try Self.addDependentWorkToDroppedQueue(
+        let weak = try Self.addDependentWorkToDroppedQueue(
             blocker: blocker, workers: workers, log: log, done: done)
 
-        await flush(workers)
+        await drainConcurrentQueue(workers)
         #expect(log.count == 0)
-        #expect(weakQueue.queue != nil)  // alive: it has unfinished jobs
-        #expect(weakJobs.pending != nil && weakJobs.held != nil)
+        #expect(weak.queue.object != nil)  // alive: it has unfinished jobs
+        #expect(weak.pending.object != nil && weak.held.object != nil)
 
         parking.isSuspended = false
-        await waitFor(done, count: 2)  // both completion blocks ran
+        await waitForSignals(done, count: 2)  // both completion blocks ran
         // As above: the last references are held by blocks on the two worker queues.
-        await flush(parkingWorkers)
-        await flush(workers)
+        await drainConcurrentQueue(parkingWorkers)
+        await drainConcurrentQueue(workers)
         #expect(log.values == ["blocker", "pending", "barrier", "held"])
-        #expect(weakQueue.queue == nil)
-        #expect(weakJobs.pending == nil)
-        #expect(weakJobs.held == nil)
+        #expect(weak.queue.object == nil)
+        #expect(weak.pending.object == nil)
+        #expect(weak.held.object == nil)
     }
 
     // MARK: jobs / jobCount
@@ -1013,14 +973,14 @@ private let specificKey = DispatchSpecificKey<String>()
         let second = GatedJob()
         queue.addJob(first)
         queue.addJob(second)
-        await waitFor(first.started)
+        await waitForSignals(first.started)
         #expect(queue.jobCount == 2)
         first.open()
         await first.waitUntilFinished()
         #expect(inListDuringCallbacks.values == [false, false])
         #expect(queue.jobs.map(\.id) == [second.id])
         #expect(queue.jobCount == 1)
-        await waitFor(second.started)
+        await waitForSignals(second.started)
         second.open()
         await queue.waitUntilAllJobsAreFinished()
         #expect(queue.jobs.isEmpty)

@@ -16,6 +16,7 @@ import Testing
 // MARK: - Helpers (private to this file)
 
 /// A synchronous job whose work is a closure that receives the job.
+// @unchecked Sendable: its only stored property is an immutable `@Sendable` closure; the rest is `Job`'s.
 private final class ClosureJob: Job, @unchecked Sendable {
     private let work: @Sendable (ClosureJob) -> Void
 
@@ -32,14 +33,6 @@ private final class Canary: Sendable {}
 
 private struct Boom: Error, Equatable {
     let code: Int
-}
-
-/// Suspends until `queue` has run every block submitted to it so far. For the serial queue a
-/// JobQueue's workers run on, this means the worker running now has returned.
-private func drain(_ queue: DispatchQueue) async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        queue.async { continuation.resume() }
-    }
 }
 
 /// About a millisecond of computation that the optimizer cannot remove.
@@ -567,18 +560,26 @@ struct JobTests {
 
     @Test("a BlockJob's blocks see their queue as JobQueue.current, on every thread they run on")
     func blockJobBlocksSeeTheirQueue() async {
-        // The blocks may run concurrently, on threads other than the queue's worker. To make sure at
-        // least one does, the first block to run waits until another block has started (which, with
-        // the first one blocked, must be on another thread). The wait has a generous timeout only so
-        // that the test cannot hang where Dispatch runs the blocks one after another; the assertion
-        // does not depend on it.
+        // The blocks run through `DispatchQueue.concurrentPerform`, which may run some on threads
+        // other than the queue's worker. To exercise that case for certain, the first block to run
+        // waits until another block has started: with the first one blocked, that block must be on
+        // another thread. Whether that rendezvous happened is recorded and expected, so the test
+        // fails, rather than passing without the other-thread case, where Dispatch runs the blocks
+        // one after another (on a one-core machine, say). The wait's timeout only turns that hang
+        // into the failure; nothing is measured.
+        // The first block blocks a Dispatch thread, so the queue runs at `.utility`: a pool apart
+        // from the default-QoS threads that Swift concurrency's tasks run on.
         let queue = JobQueue(name: "blocks")
+        queue.qualityOfService = .utility
         let wrongQueue = Counter()
         let arrivals = Counter()
         let anotherBlockStarted = DispatchSemaphore(value: 0)
+        let ranWhileFirstBlockWaited = Flag()
         let body: @Sendable () -> Void = {
             if arrivals.increment() == 1 {
-                _ = anotherBlockStarted.wait(timeout: .now() + .seconds(30))
+                if anotherBlockStarted.wait(timeout: .now() + .seconds(60)) == .success {
+                    ranWhileFirstBlockWaited.set()
+                }
             } else {
                 anotherBlockStarted.signal()
             }
@@ -589,6 +590,9 @@ struct JobTests {
         queue.addJob(job)
         await job.waitUntilFinished()
         #expect(arrivals.value == 8)
+        #expect(
+            ranWhileFirstBlockWaited.value,
+            "no block started on another thread while the first block waited: the other-thread case did not run")
         #expect(wrongQueue.value == 0, "execution blocks that saw another (or no) current queue")
     }
 
@@ -617,7 +621,7 @@ struct JobTests {
         await started.wait()
         // The worker that called execute() has returned; had it freed the slot, it would have run
         // `next` before returning.
-        await drain(worker)
+        await drainSerialQueue(worker)
         #expect(job.state == .executing)
         #expect(next.state == .ready, "the TaskJob holds the only slot while its body runs")
 
@@ -732,6 +736,7 @@ struct JobTests {
 }
 
 /// Holds a job weakly so that a block can reach the job that runs it without a reference cycle.
+// @unchecked Sendable: `storage` is only read and written on the serial queue `lock`.
 private final class JobHolder: @unchecked Sendable {
     private let lock = DispatchQueue(label: "JobTests.JobHolder")
     private weak var storage: Job?  // guarded by `lock`
@@ -743,6 +748,7 @@ private final class JobHolder: @unchecked Sendable {
 }
 
 /// A continuation resumed by task cancellation (or by the test, so that nothing can hang).
+// @unchecked Sendable: every stored variable is only read and written on the serial queue `lock`.
 private final class CancellationWaiter: @unchecked Sendable {
     private let lock = DispatchQueue(label: "JobTests.CancellationWaiter")
     private var continuation: CheckedContinuation<Void, Never>?  // guarded by `lock`

@@ -28,12 +28,12 @@ import Testing
 // may still be referenced for a moment by the thread that finished it. Every queue here therefore
 // runs its workers on a private serial `underlyingQueue`, and every asynchronous job here calls
 // `finish()` from a block on that same queue (or on another private serial queue that the test
-// also flushes). The thread that finished the job is then always running a block on a queue the
-// test owns, and `flush` enqueues an empty block behind it: a serial queue runs its next block only
-// after the previous one has returned and been released, so when the flush block runs, the worker
-// (or finisher) has returned from `perform()` and from `_runWorker`, its locals are gone, and the
-// block (with its captured queue) is released. No worker can be enqueued after the flush: workers
-// are only started for ready jobs, and none is left.
+// also drains). The thread that finished the job is then always running a block on a queue the
+// test owns, and `drainSerialQueue(_:)` enqueues an empty block behind it: a serial queue runs its
+// next block only after the previous one has returned and been released, so when the empty block
+// runs, the worker (or finisher) has returned from `perform()` and from `_runWorker`, its locals
+// are gone, and the block (with its captured queue) is released. No worker can be enqueued after
+// the drain: workers are only started for ready jobs, and none is left.
 //
 // The one exception is `TaskJob`: its job is finished from inside its `Task`, whose closure
 // captures the job and the body (BlockJob.swift, `TaskJob.execute()`, `Task(priority:) { [self] in
@@ -69,28 +69,19 @@ private final class TrackedError: Error, Sendable {
     deinit { signal.fire() }
 }
 
-/// Returns once every block submitted to the serial `queue` so far has returned (and been released).
-private func flush(_ queue: DispatchQueue) async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        queue.async { continuation.resume() }
-    }
-}
-
 /// A job queue whose workers run on a private serial Dispatch queue, `worker`.
 private struct Harness {
     let queue: JobQueue
     let worker: DispatchQueue
 
     init(_ name: String, limit: Int = JobQueue.defaultMaxConcurrentJobCount) {
-        worker = DispatchQueue(label: "LeakTests.\(name)")
-        queue = JobQueue(name: name, maxConcurrentJobCount: limit)
-        queue.underlyingQueue = worker
+        (queue, worker) = makeJobQueueOnSerialWorker(name, limit: limit)
     }
 
     /// Waits until every job has finished and the thread that finished the last one has let go.
     func settle() async {
         await queue.waitUntilAllJobsAreFinished()
-        await flush(worker)
+        await drainSerialQueue(worker)
     }
 }
 
@@ -132,7 +123,7 @@ struct LeakTests {
         #expect(built.bothAlive, "an unfinished job (\(name)) and its closures are kept by its queue")
         harness.queue.isSuspended = false
         await harness.settle()
-        if let extraQueue { await flush(extraQueue) }
+        if let extraQueue { await drainSerialQueue(extraQueue) }
         #expect(built.job.object == nil, "a finished \(name) is freed")
         #expect(built.captured.object == nil, "what a finished \(name)'s closures captured is freed")
     }
@@ -163,6 +154,7 @@ struct LeakTests {
 
     @Test("a finished Job subclass is freed")
     func finishedJobSubclass() async {
+        // @unchecked Sendable: its only stored property, `tracked`, is immutable and Sendable; the rest is `Job`'s.
         final class Work: Job, @unchecked Sendable {
             let tracked: Tracked
             init(_ tracked: Tracked) {
@@ -315,7 +307,7 @@ struct LeakTests {
         var (queue, jobs, last) = Self.dropQueue(
             "dropped", worker: worker, count: 4, barriers: withBarriers, ran: ran)
         await last.waitUntilFinished()
-        await flush(worker)
+        await drainSerialQueue(worker)
         #expect(ran.count == (withBarriers ? 7 : 4))
         #expect(queue.object == nil, "the queue is freed once its jobs are done")
         last = BlockJob {}
@@ -334,11 +326,11 @@ struct LeakTests {
             queue.addJob(job)
             return (WeakReference(queue), job)
         }()
-        await flush(worker)
+        await drainSerialQueue(worker)
         #expect(queue.object != nil, "a queue with unfinished jobs lives on")
         queue.object?.isSuspended = false
         await job.waitUntilFinished()
-        await flush(worker)
+        await drainSerialQueue(worker)
         #expect(queue.object == nil)
     }
 

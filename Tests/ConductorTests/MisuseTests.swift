@@ -1,7 +1,6 @@
 import Conductor
 import ConductorTestSupport
 import Dispatch
-import Synchronization
 import Testing
 
 // Programming errors trap (each checked in its own exit test, whose closure captures nothing), and a
@@ -11,60 +10,27 @@ import Testing
 // MARK: - Helpers
 
 /// A job that waits for itself from inside its own work.
+// @unchecked Sendable: no stored properties of its own; the rest is `Job`'s, which locks its state.
 private final class SelfWaitingJob: Job, @unchecked Sendable {
     override func execute() { waitUntilFinished() }
 }
 
 /// A job that starts itself from inside its own work.
+// @unchecked Sendable: no stored properties of its own; the rest is `Job`'s, which locks its state.
 private final class SelfStartingJob: Job, @unchecked Sendable {
     override func execute() { start() }
 }
 
 /// A job that adds itself to a queue from inside its own work (it is executing, started with start()).
+// @unchecked Sendable: no stored properties of its own; the rest is `Job`'s, which locks its state.
 private final class SelfAddingJob: Job, @unchecked Sendable {
     override func execute() { JobQueue(name: "misuse-executing-target").addJob(self) }
 }
 
 /// Lets a BlockJob's block reach the job itself.
+// @unchecked Sendable: `job` is set before `start()`, which runs the block on the same thread; no other access.
 private final class BlockJobBox: @unchecked Sendable {
     var job: BlockJob?
-}
-
-private func stderrText(_ result: ExitTest.Result?) -> String {
-    String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-}
-
-/// Suspends until `semaphore` has been signalled `count` times, blocking a fresh serial-queue
-/// thread (never one of the two cooperative-pool threads).
-private func waitForSignals(_ semaphore: DispatchSemaphore, count: Int = 1) async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        DispatchQueue(label: "MisuseTests.waiter").async {
-            for _ in 0..<count { semaphore.wait() }
-            continuation.resume()
-        }
-    }
-}
-
-/// Runs `body` on a fresh serial-queue thread (it may block) and suspends until it returns.
-private func runOffPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { (continuation: CheckedContinuation<T, Never>) in
-        DispatchQueue(label: "MisuseTests.offPool").async {
-            continuation.resume(returning: body())
-        }
-    }
-}
-
-/// Returns once every block submitted to the concurrent `queue` before this call has completed.
-private func drain(_ queue: DispatchQueue) async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        queue.async(flags: .barrier) { continuation.resume() }
-    }
-}
-
-private final class Tally: Sendable {
-    private let value = Atomic<Int>(0)
-    func increment() { value.add(1, ordering: .sequentiallyConsistent) }
-    var count: Int { value.load(ordering: .sequentiallyConsistent) }
 }
 
 // MARK: - Tests
@@ -81,7 +47,7 @@ private final class Tally: Sendable {
             queue.addJob(job)
             queue.addJob(job)
         }
-        #expect(stderrText(result).contains("job-added-twice"))
+        #expect(standardErrorText(result).contains("job-added-twice"))
     }
 
     @Test func addingAJobTwiceInOneBatchTraps() async {
@@ -91,7 +57,7 @@ private final class Tally: Sendable {
             job.name = "job-twice-in-batch"
             queue.addJobs([job, job], waitUntilFinished: false)
         }
-        #expect(stderrText(result).contains("job-twice-in-batch"))
+        #expect(standardErrorText(result).contains("job-twice-in-batch"))
     }
 
     @Test func addingAJobToTwoQueuesTraps() async {
@@ -103,7 +69,7 @@ private final class Tally: Sendable {
             first.addJob(job)
             second.addJob(job)
         }
-        #expect(stderrText(result).contains("job-on-two-queues"))
+        #expect(standardErrorText(result).contains("job-on-two-queues"))
     }
 
     @Test func addingAJobThatRanTraps() async {
@@ -114,7 +80,7 @@ private final class Tally: Sendable {
             job.start()
             queue.addJob(job)
         }
-        #expect(stderrText(result).contains("job-that-ran"))
+        #expect(standardErrorText(result).contains("job-that-ran"))
     }
 
     @Test func addingAJobThatRanOnAnotherQueueTraps() async {
@@ -126,7 +92,7 @@ private final class Tally: Sendable {
             await first.waitUntilAllJobsAreFinished()
             JobQueue(name: "misuse-ran-second").addJob(job)
         }
-        #expect(stderrText(result).contains("job-that-ran-on-a-queue"))
+        #expect(standardErrorText(result).contains("job-that-ran-on-a-queue"))
     }
 
     @Test func addingAnExecutingJobTraps() async {
@@ -135,7 +101,7 @@ private final class Tally: Sendable {
             job.name = "job-adding-itself"
             job.start()
         }
-        #expect(stderrText(result).contains("job-adding-itself"))
+        #expect(standardErrorText(result).contains("job-adding-itself"))
     }
 
     // MARK: The limit
@@ -144,7 +110,7 @@ private final class Tally: Sendable {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = JobQueue(name: "misuse-init", maxConcurrentJobCount: -2)
         }
-        #expect(stderrText(result).contains("-2"))
+        #expect(standardErrorText(result).contains("-2"))
     }
 
     @Test func negativeLimitInSetterTraps() async {
@@ -152,7 +118,7 @@ private final class Tally: Sendable {
             let queue = JobQueue(name: "misuse-setter")
             queue.maxConcurrentJobCount = -2
         }
-        #expect(stderrText(result).contains("-2"))
+        #expect(standardErrorText(result).contains("-2"))
     }
 
     // MARK: Blocks and start()
@@ -164,7 +130,7 @@ private final class Tally: Sendable {
             job.start()
             job.addExecutionBlock {}
         }
-        #expect(stderrText(result).contains("block-job-already-run"))
+        #expect(standardErrorText(result).contains("block-job-already-run"))
     }
 
     @Test func addExecutionBlockWhileExecutingTraps() async {
@@ -175,18 +141,106 @@ private final class Tally: Sendable {
             box.job = job
             job.start()
         }
-        #expect(stderrText(result).contains("block-job-running"))
+        #expect(standardErrorText(result).contains("block-job-running"))
     }
 
     @Test func startOnAPendingJobTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let dependency = BlockJob {}
+            dependency.name = "unfinished-dependency"
             let job = BlockJob {}
             job.name = "pending-job"
             try? job.addDependency(dependency)
             job.start()
         }
-        #expect(stderrText(result).contains("pending-job"))
+        #expect(standardErrorText(result).contains("pending-job"))
+        #expect(standardErrorText(result).contains("1 unfinished dependency: 'unfinished-dependency'"))
+    }
+
+    @Test func startWithUnevaluatedConditionsTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "conditional-job"
+            job.addCondition(BlockCondition(name: "gate") { _ in true })
+            job.start()
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.start(): 'conditional-job' is not ready; its conditions have not been satisfied"))
+    }
+
+    @Test func addConditionAfterStartTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "started-job"
+            job.start()
+            job.addCondition(BlockCondition(name: "late") { _ in true })
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.addCondition(_:): 'started-job' has already started; add conditions before it starts"))
+    }
+
+    @Test func settingExclusivityCategoriesAfterStartTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "started-job"
+            job.start()
+            job.exclusivityCategories = ["late"]
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.exclusivityCategories: 'started-job' has already started; set its categories before it starts"))
+    }
+
+    @Test func startByHandWhileACategoryIsHeldTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let holder = AsyncBlockJob { _ in }  // executes until finish(), which never comes
+            holder.name = "holder"
+            holder.exclusivityCategories = ["printer"]
+            holder.start()
+            let job = BlockJob {}
+            job.name = "second"
+            job.exclusivityCategories = ["printer"]
+            job.start()
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.start(): 'second' cannot start now: its exclusivity category 'printer' is held by 'holder'"))
+    }
+
+    @Test func settingTheExecutionQueueAfterStartTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "started-job"
+            job.start()
+            job.executionQueue = .main
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.executionQueue: 'started-job' has already started; set its execution queue before it starts"))
+    }
+
+    @Test func addingAChildToAFinishedGroupTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let group = GroupJob(name: "finished-group")
+            group.start()
+            group.addChild(BlockJob {})
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "GroupJob.addChild(_:): 'finished-group' has already finished; add children before it finishes"))
+    }
+
+    @Test func producingOutsideTheJobsWorkTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "idle-producer"
+            job.produce(BlockJob {})
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.produce(_:): 'idle-producer' is ready; a job produces jobs only while it executes"))
     }
 
     @Test func startOnAFinishedJobTraps() async {
@@ -196,7 +250,7 @@ private final class Tally: Sendable {
             job.start()
             job.start()
         }
-        #expect(stderrText(result).contains("finished-job"))
+        #expect(standardErrorText(result).contains("finished-job"))
     }
 
     @Test func startOnAnExecutingJobTraps() async {
@@ -205,7 +259,7 @@ private final class Tally: Sendable {
             job.name = "self-starting-job"
             job.start()
         }
-        #expect(stderrText(result).contains("self-starting-job"))
+        #expect(standardErrorText(result).contains("self-starting-job"))
     }
 
     @Test func startOnAQueuedJobTraps() async {
@@ -216,7 +270,7 @@ private final class Tally: Sendable {
             queue.addJob(job)
             job.start()
         }
-        #expect(stderrText(result).contains("queued-job"))
+        #expect(standardErrorText(result).contains("queued-job"))
     }
 
     // MARK: Waiting for oneself
@@ -227,7 +281,7 @@ private final class Tally: Sendable {
             job.name = "self-waiting-job"
             job.start()
         }
-        #expect(stderrText(result).contains("self-waiting-job"))
+        #expect(standardErrorText(result).contains("self-waiting-job"))
     }
 
     @Test func waitUntilFinishedFromOwnExecuteOnAQueueTraps() async {
@@ -238,7 +292,7 @@ private final class Tally: Sendable {
             queue.addJob(job)
             await queue.waitUntilAllJobsAreFinished()
         }
-        #expect(stderrText(result).contains("self-waiting-queued-job"))
+        #expect(standardErrorText(result).contains("self-waiting-queued-job"))
     }
 
     @Test func waitingForAllJobsFromAJobOnTheSameQueueTraps() async {
@@ -247,7 +301,7 @@ private final class Tally: Sendable {
             queue.addJob { queue.waitUntilAllJobsAreFinished() }
             await queue.waitUntilAllJobsAreFinished()
         }
-        #expect(stderrText(result).contains("queue-waiting-for-itself"))
+        #expect(standardErrorText(result).contains("queue-waiting-for-itself"))
     }
 
     // MARK: Harmless look-alikes
@@ -297,7 +351,7 @@ private final class Tally: Sendable {
     @Test func addingACancelledJobDoesNothing() async {
         let queue = JobQueue(name: "cancelled-add")
         let other = JobQueue(name: "cancelled-add-other")
-        let ran = Tally()
+        let ran = Counter()
         let job = BlockJob { ran.increment() }
         job.cancel()
         #expect(job.isFinished && job.isCancelled)
@@ -307,24 +361,24 @@ private final class Tally: Sendable {
         other.addJob(job)  // no queue owns it, so a second queue may be given it too
         #expect(other.jobCount == 0)
         await queue.waitUntilAllJobsAreFinished()
-        let returned = await runOffPool {
+        let returned = await runOnDispatchThread {
             other.addJobs([job], waitUntilFinished: true)
             return true
         }
         #expect(returned)
-        #expect(ran.count == 0)
+        #expect(ran.value == 0)
         #expect(job.isFinished && job.isCancelled)
 
         // start() on a cancelled job is a no-op too.
         job.start()
-        #expect(ran.count == 0)
+        #expect(ran.value == 0)
     }
 
     @Test func finishTwiceIsHarmless() async throws {
         let workers = DispatchQueue(label: "MisuseTests.finish-twice", qos: .utility, attributes: .concurrent)
         let queue = JobQueue(name: "finish-twice", maxConcurrentJobCount: 1)
         queue.underlyingQueue = workers
-        let dependentRuns = Tally()
+        let dependentRuns = Counter()
         let twice = AsyncBlockJob { job in
             job.finish()
             job.finish()
@@ -333,7 +387,7 @@ private final class Tally: Sendable {
         try dependent.addDependency(twice)
         let started = DispatchSemaphore(value: 0)
         let holder = AsyncBlockJob { _ in started.signal() }
-        let sawHolderFinished = Tally()
+        let sawHolderFinished = Counter()
         let last = BlockJob { if holder.isFinished { sawHolderFinished.increment() } }
 
         queue.addJob(twice)
@@ -342,15 +396,15 @@ private final class Tally: Sendable {
         queue.addJob(last)
         await twice.waitUntilFinished()
         await waitForSignals(started)
-        await drain(workers)
+        await drainConcurrentQueue(workers)
         // Had the second finish() freed a second slot, `last` would have started next to `holder`.
         #expect(holder.isExecuting)
         #expect(last.state == .ready)
 
         holder.finish()
         await queue.waitUntilAllJobsAreFinished()
-        #expect(dependentRuns.count == 1)
-        #expect(sawHolderFinished.count == 1)
+        #expect(dependentRuns.value == 1)
+        #expect(sawHolderFinished.value == 1)
 
         // After the job finished, more calls change nothing.
         twice.finish()
@@ -361,7 +415,7 @@ private final class Tally: Sendable {
 
     @Test func finishBeforeStartIsIgnored() async {
         let queue = JobQueue(name: "finish-early")
-        let ran = Tally()
+        let ran = Counter()
         let job = AsyncBlockJob { job in
             ran.increment()
             job.finish()
@@ -371,7 +425,7 @@ private final class Tally: Sendable {
         #expect(!job.isFinished)
         queue.addJob(job)
         await job.waitUntilFinished()
-        #expect(ran.count == 1)
+        #expect(ran.value == 1)
         #expect(job.isFinished && !job.isCancelled)
     }
 
@@ -382,33 +436,34 @@ private final class Tally: Sendable {
         let finishedDependency = BlockJob {}
         finishedDependency.start()
         let unrelated = BlockJob {}
-        let outcome = Log<String>()
+        let record = Log<String>()
+        // @unchecked Sendable: its properties are set before it is enqueued and only read by execute() after.
         final class SelfChangingJob: Job, @unchecked Sendable {
             // Set before the job is enqueued; read by execute() (ordered by the engine's lock).
             var dependency: Job?
             var unrelated: Job?
-            var outcome: Log<String>?
+            var record: Log<String>?
             override func execute() {
                 do {
                     try addDependency(unrelated!)
-                    outcome?.append("added")
+                    record?.append("added")
                 } catch {
-                    outcome?.append(error.code == .alreadyStarted ? "refused" : "wrong error: \(error)")
+                    record?.append(error.code == .alreadyStarted ? "refused" : "wrong error: \(error)")
                 }
                 removeDependency(dependency!)
-                outcome?.append("removed")
+                record?.append("removed")
             }
         }
         let job = SelfChangingJob()
         job.dependency = finishedDependency
         job.unrelated = unrelated
-        job.outcome = outcome
+        job.record = record
         try job.addDependency(finishedDependency)
-        let dependent = BlockJob { outcome.append("dependent ran") }
+        let dependent = BlockJob { record.append("dependent ran") }
         try dependent.addDependency(job)
         queue.addJobs([job, dependent], waitUntilFinished: false)
         await queue.waitUntilAllJobsAreFinished()
-        #expect(outcome.values == ["refused", "removed", "dependent ran"])
+        #expect(record.values == ["refused", "removed", "dependent ran"])
         #expect(job.isFinished && !job.isCancelled)
         #expect(job.dependencies.isEmpty)
         #expect(unrelated.state == .ready, "the refused edge left the other job untouched")

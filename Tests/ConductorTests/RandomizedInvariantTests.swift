@@ -4,17 +4,13 @@ import Dispatch
 import Synchronization
 import Testing
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Musl)
-    import Musl
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 // Randomized invariant tests: a large random dependency graph of mixed jobs runs on two queues
-// while other threads cancel jobs, change priorities and (in one test) change the queues'
-// limits. Every random choice comes from a seed: set `CONDUCTOR_SEED` to replay a run's choices
+// while other threads cancel jobs (with random reasons, sometimes twice), cancel a whole queue
+// (rarely), wait for jobs, change priorities and (in one test) change the queues' limits. Jobs
+// succeed, fail (a synchronous job throws from `execute()`, an asynchronous one calls
+// `finish(throwing:)` or throws from `execute()`, a `TaskJob`'s body throws) or throw
+// `CancellationError`, whether or not they were cancelled; about 30 % of the edges are
+// `.requireSuccess`, the rest `.afterFinish`. Every random choice comes from a seed: set `CONDUCTOR_SEED` to replay a run's choices
 // (the seed is printed when a round starts and is part of every failure message). Thread
 // interleavings are not reproducible, so a replay makes the same graph, job kinds, priorities,
 // limits and mutations, but may not hit the same race; repeat it, or raise the scale.
@@ -24,7 +20,17 @@ import Testing
 // What is checked, per job: its work ran at most once, and exactly once unless it was cancelled;
 // when its work started, every dependency it had been given had finished; it delivered exactly one
 // `.finished`, its completion block ran exactly once and after `.finished`, its events came one at
-// a time and in a valid lifecycle order; it ended finished with no dependencies. Per queue: the
+// a time and in a valid lifecycle order; it ended finished with no dependencies. Its outcome
+// (`WorkProbe.checkOutcomeAfterDrain`): it was set when `.finished` was delivered, when the
+// completion block ran and when a waiter woke, and never changed; it follows from what the work did
+// and the events (work that failed: `.failed` with its error, cancelled or not; work that did not
+// run or threw `CancellationError`: `.cancelled`; otherwise `.cancelled` exactly when `.cancelled`
+// was delivered); its reason was there at `.cancelled`, stayed the first one seen (a second
+// `cancel(reason:)` changes nothing), and was given to it, or comes from `cancelAllJobs()`, or names
+// a `.requireSuccess` dependency that failed (`dependencyFailed`) or was cancelled
+// (`dependencyCancelled`) while the job had not started. No work started after a `.requireSuccess`
+// dependency failed or was cancelled, and such a dependent ended cancelled; `.afterFinish` edges
+// never cancel. Per queue: the
 // number of jobs whose work is in flight never exceeded the limit (the exact limit when it is
 // fixed, the largest limit ever set when it changes at runtime), and the queue drained. Per
 // dependency: a refused edge really closed a cycle (the reported cycle is made of existing edges,
@@ -69,143 +75,37 @@ struct RandomizedInvariantTests {
     }
 }
 
-// MARK: - Failure log
-
-/// Collects invariant violations from any thread. `#expect` is only used on the test's own task,
-/// where Swift Testing can attribute issues to the running test.
-private final class FailureLog: Sendable {
-    let context: String
-    private let state = Locked<(count: Int, messages: [String])>((0, []))
-
-    init(context: String) {
-        self.context = context
-    }
-
-    func record(_ message: @autoclosure () -> String) {
-        let text = message()
-        state.withLock { state in
-            state.count += 1
-            if state.messages.count < 25 {
-                state.messages.append(text)
-            }
-        }
-    }
-
-    var count: Int { state.withLock { $0.count } }
-    var messages: [String] { state.withLock { $0.messages } }
-}
-
 // MARK: - Probes
 
-/// A weak reference to a job. A job that has been freed had finished: the engine keeps every
-/// unfinished job alive (its queue retains it, and so do the jobs that wait for it).
-// @unchecked Sendable: `job` is only assigned in `init`; loading a weak reference is thread-safe.
-private final class WeakJob: @unchecked Sendable {
-    weak var job: Job?
-
-    init(_ job: Job) {
-        self.job = job
-    }
-}
-
-/// What the test knows about one queue.
-private final class QueueProbe: Sendable {
-    let index: Int
-    let queueID: ObjectIdentifier
-    /// The most jobs whose work may be in flight at once.
-    let bound: Int
-    /// Jobs whose work has started and not yet ended (for asynchronous jobs: not yet called finish()).
-    let inFlight = Atomic<Int>(0)
-    let maxInFlight = Atomic<Int>(0)
-    let starts = Atomic<Int>(0)
-    /// Dependencies found finished when a job's work started (to show the check is not vacuous).
-    let dependenciesChecked = Atomic<Int>(0)
-
-    init(index: Int, queue: JobQueue, bound: Int) {
-        self.index = index
-        queueID = ObjectIdentifier(queue)
-        self.bound = bound
-    }
-}
-
-/// What the test records about one job. Job bodies, observers and completion blocks capture the
-/// probe, never the job list, so that the jobs form no reference cycle through the test.
+/// What the test records about one job: its work (`WorkProbe`, shared with StressTests) and the
+/// events its observer saw. Job bodies, observers and completion blocks capture the probe, never the
+/// job list, so that the jobs form no reference cycle through the test.
 private final class JobProbe: Sendable {
     enum Kind: String, Sendable {
-        case block, twoBlocks, asyncLater, asyncInline, task
+        case block, twoBlocks, sync, asyncLater, asyncInline, asyncThrowing, task
     }
 
     let index: Int
     let kind: Kind
-    let queue: QueueProbe
-    /// For asynchronous jobs: call finish() a second time (it must be ignored).
-    let finishTwice: Bool
-    let log: FailureLog
+    let work: WorkProbe
 
-    let runs = Atomic<Int>(0)
-    let secondBlockRuns = Atomic<Int>(0)
-    let completions = Atomic<Int>(0)
     let finishedEvents = Atomic<Int>(0)
     /// Events in order, three bits each (see `code(for:)`), newest in the low bits.
     let events = Atomic<UInt64>(0)
     let eventCount = Atomic<Int>(0)
     /// Observer calls in progress; above 1 means two events were delivered concurrently.
     let delivering = Atomic<Int>(0)
-    /// The dependencies the engine accepted for this job, appended only after `addDependency` returned.
-    /// Weak, so that the test does not keep finished jobs alive (a freed dependency had finished).
-    let dependencies = Locked<[WeakJob]>([])
 
-    init(index: Int, kind: Kind, queue: QueueProbe, finishTwice: Bool, log: FailureLog) {
+    init(
+        index: Int, kind: Kind, queue: QueueProbe, finishTwice: Bool, ending: PlannedEnding, timeout: Duration?,
+        log: FailureLog
+    ) {
         self.index = index
         self.kind = kind
-        self.queue = queue
-        self.finishTwice = finishTwice
-        self.log = log
-    }
-
-    var label: String { "job\(index) (\(kind.rawValue), queue \(queue.index))" }
-
-    // MARK: Work
-
-    /// Called first thing in the job's work.
-    func workBegins() {
-        let runs = runs.add(1, ordering: .sequentiallyConsistent).newValue
-        if runs != 1 {
-            log.record("\(label): work ran \(runs) times")
-        }
-        if let current = JobQueue.current {
-            if ObjectIdentifier(current) != queue.queueID {
-                log.record("\(label): JobQueue.current is '\(current.name ?? "?")', not the job's queue")
-            }
-        } else {
-            log.record("\(label): JobQueue.current is nil inside the job's work")
-        }
-        checkDependenciesFinished(where: "work started")
-        queue.starts.add(1, ordering: .relaxed)
-        let now = queue.inFlight.add(1, ordering: .sequentiallyConsistent).newValue
-        if now > queue.bound {
-            log.record(
-                "\(label): \(now) jobs in flight on queue \(queue.index), more than the limit bound \(queue.bound)")
-        }
-        queue.maxInFlight.max(now, ordering: .relaxed)
-    }
-
-    /// Called last in the job's work; for an asynchronous job, just before it calls finish().
-    func workEnds() {
-        queue.inFlight.subtract(1, ordering: .sequentiallyConsistent)
-    }
-
-    func checkDependenciesFinished(where moment: String) {
-        let dependencies = dependencies.withLock { $0 }
-        queue.dependenciesChecked.add(dependencies.count, ordering: .relaxed)
-        for reference in dependencies {
-            guard let dependency = reference.job else { continue }  // Freed, so finished.
-            let state = dependency.state
-            if state != .finished {
-                log.record(
-                    "\(label): \(moment) while its dependency '\(dependency.displayName)' was \(state), not finished")
-            }
-        }
+        let planned = ending == .succeed ? "" : ", \(ending.rawValue)"
+        work = WorkProbe(
+            name: "job\(index)", label: "job\(index) (\(kind.rawValue)\(planned), queue \(queue.index))", queue: queue,
+            log: log, finishTwice: finishTwice, plannedEnding: ending, timeout: timeout)
     }
 
     // MARK: Events
@@ -219,9 +119,30 @@ private final class JobProbe: Sendable {
         }
     }
 
-    func observed(_ event: JobEvent) {
+    static func event(for code: UInt64) -> JobEvent? {
+        switch code {
+        case 1: .ready
+        case 2: .started
+        case 3: .cancelled
+        case 4: .finished
+        default: nil
+        }
+    }
+
+    /// Records `event` of `job` (nil if it was freed, which must not happen while its events are
+    /// delivered); at `.cancelled` the job must have its reason, at `.finished` its outcome.
+    func observed(_ event: JobEvent, of job: Job?) {
         if delivering.add(1, ordering: .sequentiallyConsistent).newValue != 1 {
-            log.record("\(label): event .\(event) delivered concurrently with another event of the same job")
+            work.fail("event .\(event) delivered concurrently with another event of the same job")
+        }
+        if let job {
+            if event == .cancelled {
+                work.seeReason(job.cancellationReason, "at .cancelled")
+            } else if event == .finished {
+                work.seeOutcome(job.outcome, "at .finished")
+            }
+        } else {
+            work.fail("freed while its event .\(event) was being delivered")
         }
         let code = Self.code(for: event)
         var old = events.load(ordering: .relaxed)
@@ -238,62 +159,20 @@ private final class JobProbe: Sendable {
         delivering.subtract(1, ordering: .sequentiallyConsistent)
     }
 
-    /// The recorded events, oldest first (at most 21 are kept).
-    var eventSequence: [UInt64] {
+    /// The recorded events, oldest first. At most 21 are kept: with more, the oldest are lost and
+    /// `eventCount` differs from the count here.
+    var eventSequence: [JobEvent] {
         var packed = events.load(ordering: .sequentiallyConsistent)
         var codes: [UInt64] = []
         while packed != 0 {
             codes.append(packed & 7)
             packed >>= 3
         }
-        return codes.reversed()
+        return codes.reversed().compactMap(Self.event(for:))
     }
-}
-
-private func describeEvents(_ codes: [UInt64]) -> String {
-    codes.map { code in
-        switch code {
-        case 1: ".ready"
-        case 2: ".started"
-        case 3: ".cancelled"
-        case 4: ".finished"
-        default: "?\(code)"
-        }
-    }.joined(separator: ", ")
 }
 
 // MARK: - The run
-
-/// Paces the mutator threads by progress instead of time: every `pace` completed jobs wake each
-/// mutator for one burst of operations.
-private final class Pacer: Sendable {
-    let pace: Int
-    /// Bursts each mutator runs: one per `pace` completions.
-    let bursts: Int
-    let signals: [DispatchSemaphore]
-    private let settled = Atomic<Int>(0)
-
-    init(jobCount: Int, mutators: Int) {
-        pace = max(1, jobCount / 400)
-        bursts = jobCount / pace
-        signals = (0..<mutators).map { _ in DispatchSemaphore(value: 0) }
-    }
-
-    /// Called from each job's completion block.
-    func jobSettled() {
-        if settled.add(1, ordering: .relaxed).newValue % pace == 0 {
-            for signal in signals { signal.signal() }
-        }
-    }
-
-    /// Lets every mutator run its remaining bursts (extra signals are harmless), so that none
-    /// waits forever even if completions went missing (which the checks report).
-    func releaseAll() {
-        for signal in signals {
-            for _ in 0..<bursts { signal.signal() }
-        }
-    }
-}
 
 /// Counters kept by the builder thread and returned to the test.
 private struct BuildStats: Sendable {
@@ -309,6 +188,10 @@ private struct BuildStats: Sendable {
     var alreadyStarted = 0
     var acceptedEdgesBruteForced = 0
     var cancelledBeforeEnqueue = 0
+    var requireSuccessEdges = 0
+    /// Deliberate cycles that were none: a `.requireSuccess` edge had already cancelled (finished) a
+    /// job of the path, so the edge was refused with `.alreadyStarted` or accepted.
+    var deliberateCyclesOnCancelledJobs = 0
     /// Edges not tried because the test had already let go of a job and it had been freed.
     var skippedFreed = 0
 }
@@ -328,8 +211,9 @@ private final class StressRun: Sendable {
 
     let queues: [JobQueue]
     let queueProbes: [QueueProbe]
-    /// Weak references to every job, for the mutators and the final checks.
-    let weakJobs: [WeakJob]
+    /// Weak references to every job, for the mutators and the final checks (a freed job had
+    /// finished: the engine keeps every unfinished job alive).
+    let weakJobs: [WeakReference<Job>]
     /// The strong references, created in `init` and handed to the builder.
     private let handoff: Locked<[Job]>
     let probes: [JobProbe]
@@ -338,12 +222,17 @@ private final class StressRun: Sendable {
 
     /// Jobs `0..<published` have been added to their queues; mutators pick among them.
     let published = Atomic<Int>(0)
-    let pacer: Pacer
+    let pacer: CompletionPacer
     static let mutatorCount = 3
     static let opsPerBurst = 3
+    /// The share of dependency edges added with `.requireSuccess`. Kept low enough that a failure
+    /// cancels a few dependents, not most of the graph.
+    static let requireSuccessShare = 0.3
     let limitChanges = Atomic<Int>(0)
     let cancelCalls = Atomic<Int>(0)
     let priorityChanges = Atomic<Int>(0)
+    let queueCancels = Atomic<Int>(0)
+    let waits = Atomic<Int>(0)
 
     init(seed: UInt64, stream: UInt64, label: String, jobCount: Int, changingLimits: Bool, releaseJobs: Bool) {
         self.seed = seed
@@ -357,7 +246,7 @@ private final class StressRun: Sendable {
         )
         self.log = log
 
-        var random = StressRun.generator(seed, stream, part: 1)
+        var random = SeededRandom(seed: seed, stream: stream, part: 1)
         var queues: [JobQueue] = []
         var queueProbes: [QueueProbe] = []
         for index in 0..<2 {
@@ -370,83 +259,103 @@ private final class StressRun: Sendable {
         self.queues = queues
         self.queueProbes = queueProbes
 
-        let pacer = Pacer(jobCount: jobCount, mutators: StressRun.mutatorCount)
+        let pacer = CompletionPacer(expectedCompletions: jobCount, burstsWanted: 400, mutators: StressRun.mutatorCount)
         self.pacer = pacer
 
         // Create every job up front; ids (and so the initial topological order) follow the index.
         var jobs: [Job] = []
+        var weakJobs: [WeakReference<Job>] = []
         var probes: [JobProbe] = []
         jobs.reserveCapacity(jobCount)
+        weakJobs.reserveCapacity(jobCount)
         probes.reserveCapacity(jobCount)
         for index in 0..<jobCount {
             let roll = random.int(100)
             let kind: JobProbe.Kind =
                 switch roll {
                 case 0..<5: .asyncInline
-                case 5..<30: .asyncLater
+                case 5..<25: .asyncLater
+                case 25..<30: .asyncThrowing
                 case 30..<33: .task
                 case 33..<36: .twoBlocks
+                case 36..<48: .sync
                 default: .block
                 }
+            let queue = queueProbes[random.int(2)]
+            let finishTwice = random.chance(0.1)
+            // A `BlockJob`'s blocks cannot throw: it always succeeds.
+            let drawnEnding = random.plannedEnding(failure: 0.15, throwCancellation: 0.03, checkCancellation: 0.1)
+            let ending = kind == .block || kind == .twoBlocks ? .succeed : drawnEnding
+            let timeout = random.timeout(short: 0.05, long: 0.05)
             let probe = JobProbe(
-                index: index, kind: kind, queue: queueProbes[random.int(2)], finishTwice: random.chance(0.1), log: log)
+                index: index, kind: kind, queue: queue, finishTwice: finishTwice, ending: ending, timeout: timeout,
+                log: log)
+            let work = probe.work
             let job: Job
             switch kind {
             case .block:
                 job = BlockJob {
-                    probe.workBegins()
-                    probe.workEnds()
+                    work.workBegins()
+                    work.workEnds()
                 }
             case .twoBlocks:
                 let blockJob = BlockJob {
-                    probe.workBegins()
-                    probe.workEnds()
+                    work.workBegins()
+                    work.workEnds()
                 }
                 blockJob.addExecutionBlock {
-                    probe.checkDependenciesFinished(where: "second block started")
-                    probe.secondBlockRuns.add(1, ordering: .relaxed)
+                    work.checkDependenciesFinished("second block started")
+                    work.secondBlockRuns.add(1, ordering: .relaxed)
                 }
                 job = blockJob
             case .asyncInline:
                 job = AsyncBlockJob { job in
-                    probe.workBegins()
-                    probe.workEnds()
-                    StressRun.finish(job, probe)
+                    work.workBegins()
+                    work.finish(job)
                 }
             case .asyncLater:
                 job = AsyncBlockJob { job in
-                    probe.workBegins()
-                    DispatchQueue.global().async {
-                        probe.workEnds()
-                        StressRun.finish(job, probe)
-                    }
+                    work.workBegins()
+                    DispatchQueue.global().async { work.finish(job) }
+                }
+            case .sync:
+                job = ProbeJob { job in
+                    work.workBegins()
+                    try work.endSynchronousWork(job)
+                }
+            case .asyncThrowing:
+                job = ProbeAsyncJob { job in
+                    work.workBegins()
+                    try work.startAsynchronousWork(job, finishingOn: .global())
                 }
             case .task:
                 job = TaskJob {
-                    probe.workBegins()
+                    work.workBegins()
                     await Task.yield()
-                    probe.checkDependenciesFinished(where: "TaskJob body resumed")
-                    probe.workEnds()
+                    work.checkDependenciesFinished("TaskJob body resumed")
+                    try work.endTaskWork()
                 }
             }
             job.name = "job\(index)"
             job.queuePriority = JobPriority.allCases[random.int(JobPriority.allCases.count)]
-            job.observe { event in probe.observed(event) }
+            job.timeout = timeout
+            // Weak: a job's own callbacks must not keep it alive (in release mode every job is freed).
+            let weakJob = WeakReference(job)
+            job.observe { event in probe.observed(event, of: weakJob.object) }
             job.completionBlock = {
-                let completions = probe.completions.add(1, ordering: .sequentiallyConsistent).newValue
-                if completions != 1 {
-                    log.record("\(probe.label): completion block ran \(completions) times")
-                }
+                work.completionBlockRuns()
+                work.seeOutcome(weakJob.object?.outcome, "in the completion block")
                 let finished = probe.finishedEvents.load(ordering: .sequentiallyConsistent)
                 if finished != 1 {
-                    log.record("\(probe.label): completion block ran after \(finished) .finished events (expected 1)")
+                    work.fail("completion block ran after \(finished) .finished events (expected 1)")
                 }
                 pacer.jobSettled()
             }
             jobs.append(job)
+            weakJobs.append(weakJob)
             probes.append(probe)
         }
-        weakJobs = jobs.map(WeakJob.init)
+        self.weakJobs = weakJobs
         handoff = Locked(jobs)
         self.probes = probes
         var indexOfJob: [ObjectIdentifier: Int] = [:]
@@ -457,24 +366,9 @@ private final class StressRun: Sendable {
         self.indexOfJob = indexOfJob
     }
 
-    /// The generator for one use (`part`) within a round.
-    private static func generator(_ seed: UInt64, _ stream: UInt64, part: UInt64) -> SeededRandom {
-        SeededRandom(seed: seed, stream: SeededRandom.mix(stream) ^ part)
-    }
-
+    /// The generator for one use (`part`) within the round.
     private func random(_ part: UInt64) -> SeededRandom {
-        StressRun.generator(seed, stream, part: part)
-    }
-
-    /// Finishes an asynchronous job from its work, checking that finish() finished it.
-    static func finish(_ job: AsyncBlockJob, _ probe: JobProbe) {
-        job.finish()
-        if !job.isFinished {
-            probe.log.record("\(probe.label): still \(job.state) after finish() returned")
-        }
-        if probe.finishTwice {
-            job.finish()  // Must be ignored.
-        }
+        SeededRandom(seed: seed, stream: stream, part: part)
     }
 
     // MARK: Execute
@@ -483,8 +377,7 @@ private final class StressRun: Sendable {
     func execute() async -> Bool {
         let start = DispatchTime.now()
         // Flushed at once, so that the seed is on record even if the engine traps.
-        print("RandomizedInvariantTests: \(log.context)")
-        fflush(nil)
+        printFlushed("RandomizedInvariantTests: \(log.context)")
 
         // Mutators: each on its own serial queue (its own thread), paced by completions.
         let mutators = DispatchGroup()
@@ -512,18 +405,18 @@ private final class StressRun: Sendable {
             mutators.notify(queue: .global()) { continuation.resume() }
         }
 
-        let elapsed = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
-        let survivors = checkFinalState(retained)
-        let cancelled = probes.reduce(0) { $0 + ($1.eventSequence.contains(3) ? 1 : 0) }
+        let elapsed = secondsElapsed(since: start)
+        let (survivors, outcomes) = checkFinalState(retained)
+        let cancelled = probes.reduce(0) { $0 + ($1.eventSequence.contains(.cancelled) ? 1 : 0) }
         let summary =
-            "\(log.context): \(String(format3(elapsed)))s; cancelled \(cancelled); "
+            "\(log.context): \(elapsed)s; cancelled \(cancelled); "
             + (releaseJobs ? "jobs alive after the drain \(survivors); " : "")
-            + "in-flight max \(queueProbes.map { "\($0.maxInFlight.load(ordering: .relaxed))/\($0.bound)" }); "
+            + "in-flight max \(queueProbes.map { "\($0.inFlight.maximum)/\($0.bound)" }); "
             + "dependencies checked at start \(queueProbes.reduce(0) { $0 + $1.dependenciesChecked.load(ordering: .relaxed) }); "
             + "\(stats); limit changes \(limitChanges.load(ordering: .relaxed)), "
-            + "cancel calls \(cancelCalls.load(ordering: .relaxed)), priority changes \(priorityChanges.load(ordering: .relaxed))"
-        print("RandomizedInvariantTests: \(summary)")
-        fflush(nil)
+            + "cancel calls \(cancelCalls.load(ordering: .relaxed)), priority changes \(priorityChanges.load(ordering: .relaxed)), "
+            + "queue cancels \(queueCancels.load(ordering: .relaxed)), waits \(waits.load(ordering: .relaxed)); outcomes: \(outcomes)"
+        printFlushed("RandomizedInvariantTests: \(summary)")
 
         // Sanity: the run did what it is meant to exercise.
         if jobCount >= 1_000 && stats.deliberateCycles == 0 {
@@ -532,21 +425,22 @@ private final class StressRun: Sendable {
         if jobCount >= 1_000 && stats.backEdgesAccepted == 0 {
             log.record("no edge to a later-created job was accepted; the Pearce–Kelly reordering was not exercised")
         }
-
-        for message in log.messages {
-            Issue.record("\(message) — \(log.context)")
+        if jobCount >= 1_000 && (outcomes.failed == 0 || outcomes.cancelledByDependencies == 0) {
+            log.record("no job failed, or none was cancelled by a .requireSuccess dependency: \(outcomes)")
         }
-        #expect(log.count == 0, "\(log.count) invariant violations — \(log.context). Summary: \(summary)")
-        return log.count == 0
+
+        return log.reportIssues(summary: summary)
     }
 
     // MARK: Mutators
 
     private func mutate(_ mutator: Int, _ seeded: SeededRandom) {
         var random = seeded
+        var operation = 0
         for _ in 0..<pacer.bursts {
-            pacer.signals[mutator].wait()
+            pacer.waitForBurst(mutator)
             for _ in 0..<StressRun.opsPerBurst {
+                operation += 1
                 // Every draw is made whatever happens next, so the sequence depends on the seed only.
                 let roll = random.int(100)
                 let queueIndex = random.int(2)
@@ -555,6 +449,19 @@ private final class StressRun: Sendable {
                 let offset = random.int(400)
                 let pick = random.next()
                 let priority = JobPriority.allCases[random.int(JobPriority.allCases.count)]
+                let reasons = [
+                    random.cancellationReason(detail: "m\(mutator).\(operation)"),
+                    random.cancellationReason(detail: "m\(mutator).\(operation)b"),
+                ]
+                let cancelTwice = random.chance(0.2)
+                let cancelAll = random.int(3_000) == 0
+                if cancelAll {
+                    // Counted first: from now on its jobs may be cancelled with `queueCancelled`.
+                    queueProbes[queueIndex].cancelAllCalls.add(1, ordering: .sequentiallyConsistent)
+                    queues[queueIndex].cancelAllJobs()
+                    queueCancels.add(1, ordering: .relaxed)
+                    continue
+                }
                 if changingLimits && roll < 35 {
                     queues[queueIndex].maxConcurrentJobCount = limit
                     limitChanges.add(1, ordering: .relaxed)
@@ -564,10 +471,16 @@ private final class StressRun: Sendable {
                 guard count > 0 else { continue }
                 // Mostly recent jobs, which are more likely to be still waiting or running.
                 let index = recent ? max(0, count - 1 - offset) : Int(pick % UInt64(count))
-                guard let job = weakJobs[index].job else { continue }  // Freed: it had finished.
-                if roll < 70 {
-                    job.cancel()
+                guard let job = weakJobs[index].object else { continue }  // Freed: it had finished.
+                if roll < 68 {
+                    // Sometimes twice, with two reasons: the first that takes effect must stay.
+                    probes[index].work.cancel(job, with: cancelTwice ? reasons : [reasons[0]])
                     cancelCalls.add(1, ordering: .relaxed)
+                } else if roll < 71 {
+                    // A waiter wakes only once the outcome is set. Blocks this mutator's own thread.
+                    job.waitUntilFinished()
+                    probes[index].work.seeOutcome(job.outcome, "after waitUntilFinished() returned")
+                    waits.add(1, ordering: .relaxed)
                 } else {
                     job.queuePriority = priority
                     priorityChanges.add(1, ordering: .relaxed)
@@ -592,12 +505,13 @@ private final class StressRun: Sendable {
 
         /// Whether `target` can be reached from `start` along waits-for edges; with
         /// `unfinishedOnly`, through unfinished jobs only (`start` and `target` included).
-        mutating func reaches(from start: Int, to target: Int, unfinishedOnly: Bool, jobs: [WeakJob]) -> Bool {
+        mutating func reaches(from start: Int, to target: Int, unfinishedOnly: Bool, jobs: [WeakReference<Job>]) -> Bool
+        {
             stamp &+= 1
             var stack = [start]
             mark[start] = stamp
             while let node = stack.popLast() {
-                if unfinishedOnly && (jobs[node].job?.isFinished ?? true) { continue }
+                if unfinishedOnly && (jobs[node].object?.isFinished ?? true) { continue }
                 if node == target { return true }
                 for next in waitsFor[node] where mark[next] != stamp {
                     mark[next] = stamp
@@ -625,11 +539,11 @@ private final class StressRun: Sendable {
         }
 
         func job(_ index: Int) -> Job? {
-            strong[index] ?? weakJobs[index].job
+            strong[index] ?? weakJobs[index].object
         }
 
         /// Tries `dependent waits for dependency`, checks the outcome, records accepted edges.
-        func tryEdge(_ dependent: Int, _ dependency: Int, _ kind: EdgeKind) {
+        func tryEdge(_ dependent: Int, _ dependency: Int, _ kind: EdgeKind, _ policy: DependencyPolicy) {
             // Drawn first, so that the random sequence does not depend on the outcome.
             let sampled = random.chance(0.02)
             guard let dependentJob = job(dependent), let dependencyJob = job(dependency) else {
@@ -638,7 +552,7 @@ private final class StressRun: Sendable {
             }
             let isPublished = dependent < published.load(ordering: .acquiring)
             do throws(JobError) {
-                try dependentJob.addDependency(dependencyJob)
+                try dependentJob.addDependency(dependencyJob, policy: policy)
             } catch {
                 if error.code == .dependencyCycle {
                     stats.cyclesRefused += 1
@@ -685,9 +599,13 @@ private final class StressRun: Sendable {
             case .back: stats.backEdgesAccepted += 1
             case .late: stats.lateEdgesAccepted += 1
             }
+            if policy == .requireSuccess {
+                stats.requireSuccessEdges += 1
+            }
+            // A duplicate keeps the first edge's policy.
             if !model.waitsFor[dependent].contains(dependency) {
                 model.waitsFor[dependent].append(dependency)
-                probes[dependent].dependencies.withLock { $0.append(WeakJob(dependencyJob)) }
+                probes[dependent].work.dependencyAccepted(dependencyJob, probe: probes[dependency].work, policy: policy)
             }
         }
 
@@ -700,46 +618,57 @@ private final class StressRun: Sendable {
                 // sequence (and so the graph) depends on the seed, not on timing.
                 let forwardCount = index > 0 ? random.int(4) : 0
                 let forwardPicks = (0..<3).map { _ in
-                    (recent: random.chance(0.75), offset: random.int(300), any: random.next())
+                    (
+                        recent: random.chance(0.75), offset: random.int(300), any: random.next(),
+                        policy: random.policy(requireSuccess: Self.requireSuccessShare)
+                    )
                 }
                 let tryBackEdge = random.chance(0.08)
                 let backPick = random.next()
+                let backPolicy = random.policy(requireSuccess: Self.requireSuccessShare)
                 let tryLateEdge = random.chance(0.02)
                 let latePick = random.next()
+                let latePolicy = random.policy(requireSuccess: Self.requireSuccessShare)
                 let tryCycle = random.chance(0.15)
                 let cycleSteps = random.int(in: 1...4)
                 let cyclePicks = (0..<4).map { _ in random.next() }
                 let trySelf = random.chance(0.01)
                 let tryDuplicate = random.chance(0.02)
+                let duplicatePolicy = random.policy(requireSuccess: 0.5)
 
                 // Up to three dependencies on earlier jobs, mostly recent ones, on either queue.
                 for pick in forwardPicks.prefix(forwardCount) {
                     let dependency = pick.recent ? max(0, index - 1 - pick.offset) : Int(pick.any % UInt64(index))
-                    tryEdge(index, dependency, .forward)
+                    tryEdge(index, dependency, .forward, pick.policy)
                 }
                 // An earlier job of the batch waits for this one: the new dependency was created
                 // later than its dependent, so the engine must reorder (or find a cycle).
                 if index > batch.lowerBound && tryBackEdge {
                     stats.backEdgesTried += 1
-                    tryEdge(batch.lowerBound + Int(backPick % UInt64(index - batch.lowerBound)), index, .back)
+                    tryEdge(
+                        batch.lowerBound + Int(backPick % UInt64(index - batch.lowerBound)), index, .back, backPolicy)
                 }
                 // A job already on a queue waits for this one (it may have started: .alreadyStarted).
                 if !previousBatch.isEmpty && tryLateEdge {
-                    tryEdge(previousBatch.lowerBound + Int(latePick % UInt64(previousBatch.count)), index, .late)
+                    tryEdge(
+                        previousBatch.lowerBound + Int(latePick % UInt64(previousBatch.count)), index, .late, latePolicy
+                    )
                 }
                 // A certain cycle: a job of the batch that this one waits for, directly or through up
-                // to three more jobs of the batch (none is on a queue yet, so none has finished),
-                // must refuse to wait for this one.
+                // to three more jobs of the batch, must refuse to wait for this one. None is on a
+                // queue yet, so none has finished, unless a `.requireSuccess` edge cancelled it.
                 if tryCycle {
-                    var end = index
+                    var path = [index]
                     for pick in cyclePicks.prefix(cycleSteps) {
-                        let candidates = model.waitsFor[end].filter { $0 >= batch.lowerBound && $0 != index }
+                        let candidates = model.waitsFor[path.last!].filter {
+                            $0 >= batch.lowerBound && !path.contains($0)
+                        }
                         if candidates.isEmpty { break }
-                        end = candidates[Int(pick % UInt64(candidates.count))]
+                        path.append(candidates[Int(pick % UInt64(candidates.count))])
                     }
-                    if end != index {
+                    if path.count > 1 {
                         stats.deliberateCycles += 1
-                        checkDeliberateCycle(strong[end]!, end, waitsFor: job, index, &model)
+                        checkDeliberateCycle(along: path, strong, &model, &stats)
                     }
                 }
                 if trySelf {
@@ -748,9 +677,13 @@ private final class StressRun: Sendable {
                 if tryDuplicate, let existing = model.waitsFor[index].last, let existingJob = self.job(existing, strong)
                 {
                     do throws(JobError) {
-                        try job.addDependency(existingJob)  // A duplicate: a no-op.
+                        // A duplicate, with either policy: a no-op (the first edge's policy stays).
+                        try job.addDependency(existingJob, policy: duplicatePolicy)
                     } catch {
-                        log.record("job\(index): adding its dependency job\(existing) again threw \(error)")
+                        // A `.requireSuccess` edge may have cancelled the job already (finishing it).
+                        if error.code != .alreadyStarted || !job.isCancelled {
+                            log.record("job\(index): adding its dependency job\(existing) again threw \(error)")
+                        }
                     }
                 }
             }
@@ -758,7 +691,7 @@ private final class StressRun: Sendable {
             // A few jobs are cancelled before they are added: adding them must do nothing.
             for index in batch where random.chance(0.005) {
                 let job = strong[index]!
-                job.cancel()
+                probes[index].work.cancel(job, with: [random.cancellationReason(detail: "builder.\(index)")])
                 stats.cancelledBeforeEnqueue += 1
                 if !job.isFinished {
                     log.record("job\(index): cancelled before being added to a queue, but \(job.state)")
@@ -767,7 +700,7 @@ private final class StressRun: Sendable {
 
             // Add the batch: per queue, either atomically or one by one.
             for queueIndex in 0..<2 {
-                let members = batch.filter { probes[$0].queue.index == queueIndex }.map { strong[$0]! }
+                let members = batch.filter { probes[$0].work.queue.index == queueIndex }.map { strong[$0]! }
                 if random.chance(0.5) {
                     queues[queueIndex].addJobs(members, waitUntilFinished: false)
                 } else {
@@ -789,7 +722,7 @@ private final class StressRun: Sendable {
     }
 
     private func job(_ index: Int, _ strong: [Job?]) -> Job? {
-        strong[index] ?? weakJobs[index].job
+        strong[index] ?? weakJobs[index].object
     }
 
     /// A refused edge must name a real cycle: `dependent`, `dependency`, then jobs each waiting for
@@ -824,23 +757,43 @@ private final class StressRun: Sendable {
         return bruteForce
     }
 
-    /// `dependent` waits (directly or not) for `dependency`, through jobs none of which is on a queue
-    /// yet, so `dependency waits for dependent` must be refused as a cycle listing both first.
+    /// `path` runs along accepted edges: its first job (`dependent`) waits for the second, and so on
+    /// to its last (`dependency`), through jobs none of which is on a queue yet, so `dependency waits
+    /// for dependent` must be refused as a cycle listing both first. Unless a job of the path has
+    /// finished: a `.requireSuccess` edge to a job that failed or was cancelled finishes a job at
+    /// once, even off a queue, and a finished job closes no cycle.
     private func checkDeliberateCycle(
-        _ dependencyJob: Job, _ dependency: Int, waitsFor dependentJob: Job, _ dependent: Int, _ model: inout Model
+        along path: [Int], _ strong: [Job?], _ model: inout Model, _ stats: inout BuildStats
     ) {
+        let dependent = path.first!
+        let dependency = path.last!
+        let dependentJob = strong[dependent]!
+        let dependencyJob = strong[dependency]!
         do throws(JobError) {
             try dependencyJob.addDependency(dependentJob)
         } catch {
-            if error.code != .dependencyCycle {
+            if error.code == .alreadyStarted && dependencyJob.isCancelled {
+                // A `.requireSuccess` edge cancelled it (finishing it) before the cycle check.
+                stats.deliberateCyclesOnCancelledJobs += 1
+            } else if error.code != .dependencyCycle {
                 log.record("job\(dependency) → job\(dependent) closes a cycle but threw \(error)")
             } else {
                 checkRefusedCycle(error, dependency, dependent, &model, bruteForce: true)
             }
             return
         }
+        // Finishing is final: a job of the path that is finished now was finished when the edge was
+        // accepted. Then no cycle through unfinished jobs may remain (brute force).
+        let finished = path.filter { job($0, strong)?.isFinished ?? true }
+        if !finished.isEmpty && !model.reaches(from: dependent, to: dependency, unfinishedOnly: true, jobs: weakJobs) {
+            stats.deliberateCyclesOnCancelledJobs += 1
+            model.waitsFor[dependency].append(dependent)
+            probes[dependency].work.dependencyAccepted(
+                dependentJob, probe: probes[dependent].work, policy: .afterFinish)
+            return
+        }
         log.record(
-            "job\(dependency) → job\(dependent) was accepted although job\(dependent) already waits for job\(dependency)"
+            "job\(dependency) → job\(dependent) was accepted although job\(dependent) already waits for job\(dependency) (path \(path.map { "job\($0)" }), finished: \(finished))"
         )
         dependencyJob.removeDependency(dependentJob)  // Avoid a deadlock; the failure is recorded.
     }
@@ -863,78 +816,61 @@ private final class StressRun: Sendable {
     /// Checks every job and both queues after the drain.
     /// - Returns: How many jobs were still alive (in release mode, kept only by stragglers such as
     ///   an asynchronous job's finishing block that has not returned yet).
-    private func checkFinalState(_ retained: [Job?]) -> Int {
+    private func checkFinalState(_ retained: [Job?]) -> (survivors: Int, outcomes: OutcomeTally) {
         for (index, queue) in queues.enumerated() {
             if queue.jobCount != 0 || !queue.jobs.isEmpty {
                 log.record(
                     "queue \(index) drained but still counts \(queue.jobCount) jobs: \(queue.jobs.prefix(5).map(\.displayName))"
                 )
             }
-            let inFlight = queueProbes[index].inFlight.load(ordering: .sequentiallyConsistent)
+            let inFlight = queueProbes[index].inFlight.now
             if inFlight != 0 {
                 log.record("queue \(index): \(inFlight) jobs still in flight after the drain")
             }
         }
+        // First every job's final outcome, which the checks of its dependents read.
+        for index in 0..<jobCount {
+            probes[index].work.recordFinalOutcome(retained[index] ?? weakJobs[index].object)
+        }
         var runsPerQueue = [0, 0]
         var survivors = 0
+        var outcomes = OutcomeTally()
         for index in 0..<jobCount {
             let probe = probes[index]
-            let runs = probe.runs.load(ordering: .sequentiallyConsistent)
-            runsPerQueue[probe.queue.index] += runs
+            let work = probe.work
             let events = probe.eventSequence
-            let cancelledEvent = events.contains(3)
+            let cancelledEvent = events.contains(.cancelled)
             if !releaseJobs && retained[index] == nil {
-                log.record("\(probe.label): the builder lost its reference")
+                work.fail("the builder lost its reference")
             }
             // A freed job had finished; a live one is checked directly.
-            if let job = retained[index] ?? weakJobs[index].job {
+            let job = retained[index] ?? weakJobs[index].object
+            if let job {
                 survivors += 1
-                if !job.isFinished {
-                    log.record("\(probe.label): \(job.state) after both queues drained")
-                }
-                if !job.dependencies.isEmpty {
-                    log.record("\(probe.label): finished but still lists \(job.dependencies.count) dependencies")
-                }
                 if job.isCancelled != cancelledEvent {
-                    log.record(
-                        "\(probe.label): isCancelled is \(job.isCancelled) but events were [\(describeEvents(events))]")
+                    work.fail("isCancelled is \(job.isCancelled) but events were \(events)")
                 }
             }
-            if runs > 1 || (runs == 0 && !cancelledEvent) {
-                log.record("\(probe.label): work ran \(runs) times (cancelled: \(cancelledEvent))")
-            }
-            if probe.kind == .twoBlocks && probe.secondBlockRuns.load(ordering: .relaxed) != runs {
-                log.record(
-                    "\(probe.label): second block ran \(probe.secondBlockRuns.load(ordering: .relaxed)) times, first \(runs)"
-                )
-            }
-            let completions = probe.completions.load(ordering: .sequentiallyConsistent)
+            let runs = work.checkAfterDrain(job, cancelled: cancelledEvent, hasSecondBlock: probe.kind == .twoBlocks)
+            runsPerQueue[work.queue.index] += runs
+            let completions = work.completions.load(ordering: .sequentiallyConsistent)
             let finished = probe.finishedEvents.load(ordering: .sequentiallyConsistent)
             if completions != 1 || finished != 1 {
-                log.record(
-                    "\(probe.label): completion block ran \(completions) times, .finished delivered \(finished) times")
+                work.fail("completion block ran \(completions) times, .finished delivered \(finished) times")
             }
-            // Event order: [.ready], .started, [.cancelled], .finished for a job that ran;
-            // [.ready], .cancelled, .finished for one cancelled before it started.
-            let valid: [[UInt64]] = runs == 1 ? [[1, 2, 4], [1, 2, 3, 4]] : [[3, 4], [1, 3, 4]]
-            if !valid.contains(events) || probe.eventCount.load(ordering: .relaxed) != events.count {
-                log.record(
-                    "\(probe.label): events [\(describeEvents(events))] (\(probe.eventCount.load(ordering: .relaxed)) delivered) for a job whose work ran \(runs) times"
-                )
+            let delivered = probe.eventCount.load(ordering: .relaxed)
+            if !isValidLifecycle(events, workRan: runs == 1) || delivered != events.count {
+                work.fail("events \(events) (\(delivered) delivered) for a job whose work ran \(runs) times")
             }
+            work.checkOutcomeAfterDrain(job, cancelledEvent: cancelledEvent, runs: runs)
+            outcomes.add(work.finalOutcome.withLock { $0 }, wasCancelled: cancelledEvent)
         }
         for (index, queueProbe) in queueProbes.enumerated() {
-            let starts = queueProbe.starts.load(ordering: .relaxed)
+            let starts = queueProbe.inFlight.starts
             if starts != runsPerQueue[index] {
                 log.record("queue \(index): \(starts) starts counted but its jobs ran \(runsPerQueue[index]) times")
             }
         }
-        return survivors
+        return (survivors, outcomes)
     }
-}
-
-private func format3(_ value: Double) -> String {
-    let thousandths = Int((value * 1000).rounded())
-    let fraction = String(thousandths % 1000)
-    return "\(thousandths / 1000).\(String(repeating: "0", count: 3 - fraction.count))\(fraction)"
 }

@@ -4,29 +4,24 @@ import Dispatch
 import Synchronization
 import Testing
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Musl)
-    import Musl
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 // A randomized stress suite: everything the engine does concurrently, at once, under a seeded
 // schedule of random choices. Each round runs a few thousand jobs on three queues while
 //
-// - three producer threads add a random DAG of jobs (edges across queues, random priorities),
-//   one by one or in atomic batches, and add barriers;
-// - the jobs are synchronous (`BlockJob`, with one or two blocks), asynchronous (`AsyncBlockJob`
-//   finished inline, or later from another Dispatch queue, or by a finisher that races a
-//   canceller: both wait for each other on two threads and then call `finish()` and `cancel()`
-//   at the same moment) and `TaskJob`s;
-// - three mutator threads cancel jobs (racing their start and finish), change priorities, add
-//   late dependencies and barriers, add jobs of their own, and each owns one queue whose limit it
+// - three producer threads add a random DAG of jobs (edges across queues, random priorities,
+//   about 30 % of them `.requireSuccess`), one by one or in atomic batches, and add barriers;
+// - the jobs are synchronous (`BlockJob`, with one or two blocks, and jobs whose `execute()` may
+//   throw), asynchronous (`AsyncBlockJob` finished inline, or later from another Dispatch queue,
+//   or by a finisher that races a canceller: both wait for each other on two threads and then
+//   call `finish()` or `finish(throwing:)` and `cancel(reason:)` at the same moment; and
+//   `AsynchronousJob`s whose `execute()` may throw) and `TaskJob`s. Apart from `BlockJob`s, a
+//   job's work may succeed, fail, throw `CancellationError`, or throw it only if cancelled;
+// - three mutator threads cancel jobs with random reasons (racing their start and finish;
+//   sometimes twice), change priorities, add late dependencies (either policy) and barriers, add
+//   jobs of their own, wait for jobs, and each owns one queue whose limit it
 //   changes and which it briefly suspends (or sets to limit 0) to add jobs that must not start
 //   before it resumes, sometimes waiting meanwhile for the jobs that were running to finish;
 // - observers (on `.started`) and completion blocks add follow-up jobs, with a bounded depth and
-//   a cap per round.
+//   a cap per round; an observer's follow-up waits for its parent, with either policy.
 //
 // Checked during the round, where the thing happens: a job's work runs at most once, in its own
 // queue (`JobQueue.current`), after every dependency it was given has finished, after every
@@ -36,10 +31,18 @@ import Testing
 // largest limit set in the other); a barrier block starts after every job added to its queue
 // before it has finished and after the previous barrier, alone, and no job starts while it runs;
 // a completion block runs once, after every observer got `.finished`; cancelling a job on a
-// suspended queue finishes it at once. Checked after the round: every job finished, with no
-// dependencies left; its work ran exactly once unless it was cancelled; every observer saw exactly
-// one `.finished` and a valid lifecycle sequence; every completion block ran exactly once; every
-// barrier ran exactly once; `jobCount` is 0 and `jobs` empty on every queue.
+// suspended queue finishes it at once; no work starts after a `.requireSuccess` dependency failed
+// or was cancelled; a job has its reason at `.cancelled` and after `cancel(reason:)` returns
+// (unless it had finished uncancelled), and its outcome at `.finished`, in the completion block,
+// and after `finish()` and `waitUntilFinished()` return, always the first one seen. Checked after
+// the round: every job finished, with no dependencies left; its work ran exactly once unless it
+// was cancelled; every observer saw exactly one `.finished` and a valid lifecycle sequence; every
+// completion block ran exactly once; every barrier ran exactly once; `jobCount` is 0 and `jobs`
+// empty on every queue; and the outcome rules of RandomizedInvariantTests
+// (`WorkProbe.checkOutcomeAfterDrain`): the outcome follows from the work and the events, the
+// reason was given to the job or names a `.requireSuccess` dependency that did not succeed, and
+// such a dependency stopped its dependent. `cancelAllJobs()` is not used here: it would cancel
+// barriers, whose blocks then never run, which the barrier checks do not model.
 //
 // Deadlock freedom by construction. A job added before a barrier that (transitively) waits for a
 // job added after it can never run (Docs/Concepts.md). So every dependency edge points to a job
@@ -106,14 +109,23 @@ struct StressTests {
             roundsRun += 1
             if !passed { break }
         }
-        print(
+        printFlushed(
             "StressTests: \(name): \(roundsRun) rounds, \(totals.jobs) jobs (\(totals.followUps) follow-ups, "
                 + "\(totals.windowJobs) added while suspended), \(totals.barriers) barriers, \(totals.cancelled) cancelled, "
                 + "finish/cancel races won by cancel \(totals.racesCancelWon) and by finish \(totals.racesFinishWon), "
-                + "\(totals.dependenciesChecked) dependencies checked at start, \(totals.heldJobsRun) held jobs run; "
+                + "\(totals.dependenciesChecked) dependencies checked at start, \(totals.heldJobsRun) held jobs run, "
+                + "\(totals.requireSuccessEdges) .requireSuccess edges, \(totals.waits) waits; outcomes: \(totals.outcomes); "
                 + "\(SeededRandom.describe(SeededRandom.runSeed)), streams 0x\(String(streamBase, radix: 16))+0..<\(roundsRun); "
-                + "\(seconds(since: start))s")
-        fflush(nil)
+                + "\(secondsElapsed(since: start))s")
+        // Sanity: the rounds did what they are meant to exercise (a failed round stops early).
+        if roundsRun == rounds && totals.jobs >= 10_000 {
+            let outcomes = totals.outcomes
+            #expect(
+                outcomes.failed > 0 && outcomes.failedAfterCancel > 0 && outcomes.cancelledByDependencies > 0
+                    && outcomes.cancelled["\(CancellationReason.Code.timedOut)", default: 0] > 0,
+                "no failure, no failure after a cancellation, no cancellation by a .requireSuccess dependency, or no time limit that ran out: \(outcomes) — \(SeededRandom.describe(SeededRandom.runSeed))"
+            )
+        }
     }
 }
 
@@ -129,8 +141,10 @@ private final class StressQueue: Sendable {
     let bound: Int
     /// The largest limit actually set.
     let largestLimitSet: Atomic<Int>
-    /// Jobs whose work has started and not ended (an asynchronous job's ends just before `finish()`).
-    let inFlight = InFlight()
+    /// The work in flight (an asynchronous job's ends just before `finish()`), checked against the
+    /// largest limit the round may set (the exact limit in the fixed-limit test), and the
+    /// dependencies found finished when work started.
+    let probe: QueueProbe
 
     /// Additions take the read side; adding a barrier takes the write side, so that the jobs added
     /// before barrier `k` are exactly those of epochs `0...k`.
@@ -140,9 +154,8 @@ private final class StressQueue: Sendable {
     /// Barrier blocks that have returned; barrier `k` sets it to `k + 1` as it returns.
     let barriersFinished = Atomic<Int>(0)
     let barrierRuns = Atomic<Int>(0)
-    /// Evidence that the checks were not vacuous: dependencies found finished when work started,
-    /// and jobs that ran after being added while a barrier before them had not finished.
-    let dependenciesChecked = Atomic<Int>(0)
+    /// Evidence that the barrier checks were not vacuous: jobs that ran after being added while a
+    /// barrier before them had not finished.
     let heldJobsRun = Atomic<Int>(0)
     /// The jobs of each epoch (weak: a freed job had finished, since a queue keeps its unfinished jobs).
     let epochs = Locked<[[WeakReference<Job>]]>([[]])
@@ -153,6 +166,7 @@ private final class StressQueue: Sendable {
         self.fixedLimit = fixedLimit
         self.bound = bound
         largestLimitSet = Atomic(initialLimit)
+        probe = QueueProbe(index: index, queue: queue, bound: fixedLimit ?? bound)
     }
 
     func setLimit(_ limit: Int) {
@@ -176,7 +190,10 @@ private final class ObserverRecord: Sendable {
 /// The random choices for one job.
 private struct JobSpec: Sendable {
     enum Kind: String, Sendable {
-        case block, twoBlocks, asyncInline, asyncLater, asyncRace, task
+        case block, twoBlocks, sync, asyncInline, asyncLater, asyncThrowing, asyncRace, task
+        /// An asynchronous job that ends only when cancelled, with a short time limit: it ends
+        /// `.cancelled(timedOut)` unless another cancellation comes first.
+        case untilCancelled
     }
 
     var kind: Kind
@@ -188,21 +205,30 @@ private struct JobSpec: Sendable {
     var completionSpawns: Bool
     /// An asynchronous job calls `finish()` twice (the second call must be ignored).
     var finishTwice: Bool
-    /// A `TaskJob` body ends with `try Task.checkCancellation()`.
-    var throwsIfCancelled: Bool
+    /// How the work ends: succeeds, fails, throws `CancellationError`, or throws it if cancelled (a
+    /// `TaskJob`: `try Task.checkCancellation()`). `BlockJob`s always succeed.
+    var ending: PlannedEnding
     /// In a finish/cancel race, the finisher is dispatched first (the one dispatched last usually
     /// arrives last, finds the other waiting, and fires first).
     var finisherFirst: Bool
+    /// The reason the racing canceller gives (`nil`: a plain `cancel()`).
+    var raceReason: CancellationReason?
+    /// The job's time limit: short ones run out while much of the work still runs, long ones never
+    /// do (see `WorkProbe.checkCause`).
+    var timeout: Duration?
 
     static func random(_ random: inout SeededRandom, queueCount: Int) -> JobSpec {
         let roll = random.int(100)
         let kind: Kind =
             switch roll {
-            case 0..<35: .block
-            case 35..<42: .twoBlocks
-            case 42..<52: .asyncInline
-            case 52..<72: .asyncLater
-            case 72..<87: .asyncRace
+            case 0..<28: .block
+            case 28..<34: .twoBlocks
+            case 34..<42: .sync
+            case 42..<50: .asyncInline
+            case 50..<66: .asyncLater
+            case 66..<72: .asyncThrowing
+            case 72..<84: .asyncRace
+            case 84..<87: .untilCancelled
             default: .task
             }
         let queue = random.int(queueCount)
@@ -212,23 +238,31 @@ private struct JobSpec: Sendable {
         let hasCompletion = random.chance(0.8)
         let completionSpawns = random.chance(0.06)
         let finishTwice = random.chance(0.1)
-        let throwsIfCancelled = random.chance(0.5)
+        let ending = random.plannedEnding(
+            failure: 0.12, throwCancellation: 0.03, checkCancellation: kind == .task ? 0.5 : 0.15)
         let finisherFirst = random.chance(0.5)
+        let raceReason = random.cancellationReason(detail: "race")
+        let drawnTimeout = random.timeout(short: 0.06, long: 0.04)
+        let timeout = kind == .untilCancelled ? .microseconds(200) : drawnTimeout
         return JobSpec(
             kind: kind, queue: queue, priority: priority, observers: Array(observers),
             hasCompletion: hasCompletion, completionSpawns: completionSpawns, finishTwice: finishTwice,
-            throwsIfCancelled: throwsIfCancelled, finisherFirst: finisherFirst)
+            ending: kind == .block || kind == .twoBlocks || kind == .untilCancelled ? .succeed : ending,
+            finisherFirst: finisherFirst,
+            raceReason: raceReason, timeout: timeout)
     }
 }
 
-/// What the test records about one job. Job bodies capture the probe and never the round, and the
-/// probe holds its job weakly: a cancelled job keeps its un-run body, so a strong path from the
-/// body back to the job (or to the round's list of jobs) would be a cycle that outlives the round.
+/// What the test records about one job: its work (`WorkProbe`, shared with
+/// RandomizedInvariantTests), what its observers saw, and when it was added relative to its queue's
+/// barriers. Job bodies capture the probe and never the round, and the probe holds its job weakly: a
+/// cancelled job keeps its un-run body, so a strong path from the body back to the job (or to the
+/// round's list of jobs) would be a cycle that outlives the round.
 private final class JobProbe: Sendable {
     let name: String
     let spec: JobSpec
     let queue: StressQueue
-    let failures: Log<String>
+    let work: WorkProbe
     /// Follow-ups of follow-ups are allowed down to `StressRound.maxDepth`.
     let depth: Int
     /// Seeds the follow-ups this job may add, so that their random choices do not depend on timing.
@@ -247,113 +281,68 @@ private final class JobProbe: Sendable {
     /// A barrier added before the job had not finished when the job was added: the job was held.
     let heldWhenAdded = Atomic<Bool>(false)
 
-    let runs = Atomic<Int>(0)
-    let secondBlockRuns = Atomic<Int>(0)
-    let completions = Atomic<Int>(0)
-    /// Dependencies the engine accepted, recorded after `addDependency` returned.
-    let dependencies = Locked<[WeakReference<Job>]>([])
-
     init(
-        name: String, spec: JobSpec, queue: StressQueue, failures: Log<String>, depth: Int, followUpStream: UInt64,
+        name: String, spec: JobSpec, queue: StressQueue, log: FailureLog, depth: Int, followUpStream: UInt64,
         window: Flag?
     ) {
         self.name = name
         self.spec = spec
         self.queue = queue
-        self.failures = failures
+        let ending = spec.ending == .succeed ? "" : ", \(spec.ending.rawValue)"
+        work = WorkProbe(
+            name: name, label: "\(name) (\(spec.kind.rawValue)\(ending), queue \(queue.index))", queue: queue.probe,
+            log: log, finishTwice: spec.finishTwice, plannedEnding: spec.ending, timeout: spec.timeout)
         self.depth = depth
         self.followUpStream = followUpStream
         self.window = window
         observers = spec.observers.map(ObserverRecord.init)
     }
 
-    var label: String { "\(name) (\(spec.kind.rawValue), queue \(queue.index))" }
     var currentJob: Job? { job.withLock { $0.object } }
 
     func fail(_ message: String) {
-        failures.append("\(label): \(message)")
+        work.fail(message)
     }
 
     // MARK: Work
 
-    /// Called first thing in the job's work.
+    /// Called first thing in the job's work: the shared checks, and that every barrier added to
+    /// its queue before it has finished and that its queue is not stopped.
     func workBegins() {
-        let runs = runs.add(1, ordering: .sequentiallyConsistent).newValue
-        if runs != 1 {
-            fail("work ran \(runs) times")
-        }
-        checkCurrentQueue("work started")
-        checkDependencies("work started")
-        let epoch = epoch.load(ordering: .sequentiallyConsistent)
-        let finishedBarriers = queue.barriersFinished.load(ordering: .sequentiallyConsistent)
-        if epoch < 0 {
-            fail("work started before the job was added to its queue")
-        } else if finishedBarriers < epoch {
-            fail(
-                "work started while barrier \(finishedBarriers) of its queue, added before the job, had not finished (\(epoch) barriers were added before it)"
-            )
-        }
-        if let window, !window.value {
-            fail("work started while its queue was suspended (or at limit 0)")
-        }
-        if heldWhenAdded.load(ordering: .relaxed) {
-            queue.heldJobsRun.add(1, ordering: .relaxed)
-        }
-        queue.inFlight.enter()
-        let now = queue.inFlight.now
-        let limit = queue.fixedLimit ?? queue.bound
-        if now > limit {
-            fail("\(now) jobs in flight on queue \(queue.index), limit \(limit)")
-        }
-    }
-
-    /// Called last in the job's work; for an asynchronous job, just before it calls `finish()`.
-    func workEnds() {
-        queue.inFlight.leave()
-    }
-
-    func checkCurrentQueue(_ moment: String) {
-        let current = JobQueue.current
-        if current !== queue.queue {
-            fail("\(moment) with JobQueue.current = \(current?.name ?? "nil"), not its queue")
-        }
-    }
-
-    func checkDependencies(_ moment: String) {
-        let dependencies = dependencies.withLock { $0 }
-        queue.dependenciesChecked.add(dependencies.count, ordering: .relaxed)
-        for reference in dependencies {
-            guard let dependency = reference.object else { continue }  // Freed, so finished.
-            let state = dependency.state
-            if state != .finished {
-                fail("\(moment) while its dependency '\(dependency.displayName)' was \(state)")
+        work.workBegins {
+            let epoch = epoch.load(ordering: .sequentiallyConsistent)
+            let finishedBarriers = queue.barriersFinished.load(ordering: .sequentiallyConsistent)
+            if epoch < 0 {
+                fail("work started before the job was added to its queue")
+            } else if finishedBarriers < epoch {
+                fail(
+                    "work started while barrier \(finishedBarriers) of its queue, added before the job, had not finished (\(epoch) barriers were added before it)"
+                )
             }
-        }
-    }
-
-    /// Calls `finish()` on an asynchronous job from its work, and checks that it took effect.
-    func finish(_ job: AsyncBlockJob) {
-        workEnds()
-        job.finish()
-        if !job.isFinished {
-            fail("still \(job.state) after finish() returned")
-        }
-        if spec.finishTwice {
-            job.finish()  // Must be ignored.
+            if let window, !window.value {
+                fail("work started while its queue was suspended (or at limit 0)")
+            }
+            if heldWhenAdded.load(ordering: .relaxed) {
+                queue.heldJobsRun.add(1, ordering: .relaxed)
+            }
         }
     }
 
     // MARK: Callbacks
 
+    /// At `.cancelled` the job must have its reason, at `.finished` its outcome.
     func observed(_ event: JobEvent, by observer: ObserverRecord) {
         observer.events.withLock { $0.append(event) }
+        if event == .cancelled {
+            work.seeReason(currentJob?.cancellationReason, "at .cancelled")
+        } else if event == .finished {
+            work.seeOutcome(currentJob?.outcome, "at .finished")
+        }
     }
 
     func completionRuns() {
-        let count = completions.add(1, ordering: .sequentiallyConsistent).newValue
-        if count != 1 {
-            fail("completion block ran \(count) times")
-        }
+        work.completionBlockRuns()
+        work.seeOutcome(currentJob?.outcome, "in the completion block")
         for (index, observer) in observers.enumerated() where observer.finishedCount != 1 {
             fail("completion block ran when observer \(index) had seen \(observer.finishedCount) .finished events")
         }
@@ -372,6 +361,9 @@ private struct RoundStats: Sendable {
     var dependenciesChecked = 0
     var heldJobsRun = 0
     var lateEdgesTried = 0
+    var requireSuccessEdges = 0
+    var waits = 0
+    var outcomes = OutcomeTally()
 
     mutating func add(_ other: RoundStats) {
         jobs += other.jobs
@@ -384,6 +376,9 @@ private struct RoundStats: Sendable {
         dependenciesChecked += other.dependenciesChecked
         heldJobsRun += other.heldJobsRun
         lateEdgesTried += other.lateEdgesTried
+        requireSuccessEdges += other.requireSuccessEdges
+        waits += other.waits
+        outcomes.add(other.outcomes)
     }
 }
 
@@ -394,13 +389,16 @@ private struct PlannedJob: Sendable {
     var spec: JobSpec
     var wave: Int
     var producer: Int
-    /// Earlier jobs it waits for: of an earlier wave, or earlier jobs of the same producer.
-    var dependencies: [Int]
+    /// Earlier jobs it waits for: of an earlier wave, or earlier jobs of the same producer; and the
+    /// edge's policy.
+    var dependencies: [(index: Int, policy: DependencyPolicy)]
     /// Added in an atomic batch with the following jobs of the same producer and queue.
     var batchLength: Int
     var cancelBeforeAdding: Bool
     var cancelRightAfterAdding: Bool
     var cancelConcurrentlyAfterAdding: Bool
+    /// The reason for those cancellations (`nil`: a plain `cancel()`).
+    var cancelReason: CancellationReason?
     /// Adds a barrier to the queue with this index just before adding the job.
     var barrierBefore: Int?
 }
@@ -412,13 +410,16 @@ private final class StressRound: Sendable {
     static let waves = 8
     static let maxDepth = 2
     static let opsPerBurst = 4
+    /// The share of the initial graph's and the late edges added with `.requireSuccess`. Kept low
+    /// enough that a failure cancels a few dependents, not most of the graph.
+    static let requireSuccessShare = 0.3
 
     let seed: UInt64
     let stream: UInt64
-    let context: String
     let jobCount: Int
     let changingLimits: Bool
-    let failures = Log<String>()
+    /// The round's violations; its context names the round, its size and its seed.
+    let log: FailureLog
 
     let queues: [StressQueue]
     let plan: [PlannedJob]
@@ -438,26 +439,25 @@ private final class StressRound: Sendable {
     let followUpCap: Int
     let windowJobs = Atomic<Int>(0)
     let lateEdges = Atomic<Int>(0)
+    let requireSuccessEdges = Atomic<Int>(0)
+    let waits = Atomic<Int>(0)
     let quiesceWindows = Atomic<Int>(0)
-    let completionsSeen = Atomic<Int>(0)
 
-    /// Pacing: each mutator runs one burst per `pace` completion blocks.
-    let pace: Int
-    let bursts: Int
-    let mutatorSignals: [DispatchSemaphore]
+    /// Paces the mutators: each runs one burst per `pace` completion blocks.
+    let pacer: CompletionPacer
 
     init(seed: UInt64, stream: UInt64, label: String, jobCount: Int, changingLimits: Bool) {
         self.seed = seed
         self.stream = stream
         self.jobCount = jobCount
         self.changingLimits = changingLimits
-        context = "\(label), \(jobCount) jobs, \(SeededRandom.describe(seed)), stream 0x\(String(stream, radix: 16))"
+        log = FailureLog(
+            context: "\(label), \(jobCount) jobs, \(SeededRandom.describe(seed)), stream 0x\(String(stream, radix: 16))"
+        )
         followUpCap = max(10, jobCount / 10)
-        pace = max(1, jobCount / 150)
-        bursts = jobCount / pace
-        mutatorSignals = (0..<StressRound.mutatorCount).map { _ in DispatchSemaphore(value: 0) }
+        pacer = CompletionPacer(expectedCompletions: jobCount, burstsWanted: 150, mutators: StressRound.mutatorCount)
 
-        var random = StressRound.generator(seed, stream, part: 1)
+        var random = SeededRandom(seed: seed, stream: stream, part: 1)
         var queues: [StressQueue] = []
         for index in 0..<StressRound.queueCount {
             let bound = random.int(in: 1...4)
@@ -479,14 +479,19 @@ private final class StressRound: Sendable {
             let producer = random.int(StressRound.producerCount)
             let spec = JobSpec.random(&random, queueCount: StressRound.queueCount)
             let dependencyCount = index > 0 ? random.int(4) : 0
-            let picks = (0..<3).map { _ in (recent: random.chance(0.8), offset: random.int(200), any: random.next()) }
-            var dependencies: [Int] = []
+            let picks = (0..<3).map { _ in
+                (
+                    recent: random.chance(0.8), offset: random.int(200), any: random.next(),
+                    policy: random.policy(requireSuccess: StressRound.requireSuccessShare)
+                )
+            }
+            var dependencies: [(index: Int, policy: DependencyPolicy)] = []
             for pick in picks.prefix(dependencyCount) {
                 let candidate = pick.recent ? max(0, index - 1 - pick.offset) : Int(pick.any % UInt64(index))
                 // Only jobs certain to be added before this one (see the header).
                 let safe = plan[candidate].wave < wave || plan[candidate].producer == producer
-                if safe && !dependencies.contains(candidate) {
-                    dependencies.append(candidate)
+                if safe && !dependencies.contains(where: { $0.index == candidate }) {
+                    dependencies.append((candidate, pick.policy))
                 }
             }
             let batched = random.chance(0.3)
@@ -494,11 +499,12 @@ private final class StressRound: Sendable {
             let cancelRoll = random.int(1000)
             let barrierRoll = random.int(1000)
             let barrierQueue = random.int(StressRound.queueCount)
+            let cancelReason = random.cancellationReason(detail: "producer.\(index)")
             plan.append(
                 PlannedJob(
                     spec: spec, wave: wave, producer: producer, dependencies: dependencies, batchLength: batchLength,
                     cancelBeforeAdding: cancelRoll < 10, cancelRightAfterAdding: (10..<20).contains(cancelRoll),
-                    cancelConcurrentlyAfterAdding: (20..<50).contains(cancelRoll),
+                    cancelConcurrentlyAfterAdding: (20..<50).contains(cancelRoll), cancelReason: cancelReason,
                     barrierBefore: barrierRoll < 4 ? barrierQueue : nil))
         }
         // Every queue gets barriers: the first job of each wave after the first adds one.
@@ -514,10 +520,10 @@ private final class StressRound: Sendable {
         var jobs: [Job] = []
         probes.reserveCapacity(jobCount)
         jobs.reserveCapacity(jobCount)
-        let failures = self.failures
+        let log = self.log
         for (index, planned) in plan.enumerated() {
             let probe = JobProbe(
-                name: "job\(index)", spec: planned.spec, queue: queues[planned.spec.queue], failures: failures,
+                name: "job\(index)", spec: planned.spec, queue: queues[planned.spec.queue], log: log,
                 depth: 0, followUpStream: SeededRandom.mix(stream ^ 0xF0_0000) &+ UInt64(index), window: nil)
             probes.append(probe)
         }
@@ -529,63 +535,80 @@ private final class StressRound: Sendable {
         initialJobs.withLock { $0 = jobs }
     }
 
-    private static func generator(_ seed: UInt64, _ stream: UInt64, part: UInt64) -> SeededRandom {
-        SeededRandom(seed: seed, stream: SeededRandom.mix(stream) ^ part)
-    }
-
     // MARK: Jobs
 
     /// Creates the job for `probe` with its observers and completion block, and registers it.
     @discardableResult
     func makeJob(_ probe: JobProbe) -> Job {
         let spec = probe.spec
+        let work = probe.work
         let job: Job
         switch spec.kind {
         case .block:
             job = BlockJob {
                 probe.workBegins()
-                probe.workEnds()
+                work.workEnds()
             }
         case .twoBlocks:
             let blockJob = BlockJob {
                 probe.workBegins()
-                probe.workEnds()
+                work.workEnds()
             }
             blockJob.addExecutionBlock {
-                probe.checkCurrentQueue("second block started")
-                probe.checkDependencies("second block started")
-                probe.secondBlockRuns.add(1, ordering: .sequentiallyConsistent)
+                work.checkCurrentQueue("second block started")
+                work.checkDependenciesFinished("second block started")
+                work.secondBlockRuns.add(1, ordering: .sequentiallyConsistent)
             }
             job = blockJob
         case .asyncInline:
             job = AsyncBlockJob { job in
                 probe.workBegins()
-                probe.finish(job)
+                work.finish(job)
             }
         case .asyncLater:
             job = AsyncBlockJob { job in
                 probe.workBegins()
-                DispatchQueue.global(qos: .utility).async { probe.finish(job) }
+                DispatchQueue.global(qos: .utility).async { work.finish(job) }
+            }
+        case .sync:
+            job = ProbeJob { job in
+                probe.workBegins()
+                try work.endSynchronousWork(job)
+            }
+        case .asyncThrowing:
+            job = ProbeAsyncJob { job in
+                probe.workBegins()
+                try work.startAsynchronousWork(job, finishingOn: .global(qos: .utility))
             }
         case .asyncRace:
             job = AsyncBlockJob { job in
                 probe.workBegins()
                 StressRound.raceFinishAndCancel(job, probe)
             }
+        case .untilCancelled:
+            job = AsyncBlockJob { job in
+                probe.workBegins()
+                // Finishes once, when cancelled: from the `.cancelled` observer, or at once if the
+                // job was cancelled before the observer was registered.
+                let calls = Counter()
+                let finishOnce: @Sendable () -> Void = { if calls.increment() == 1 { work.finish(job) } }
+                job.observe { event in
+                    if event == .cancelled { finishOnce() }
+                }
+                if job.isCancelled { finishOnce() }
+            }
         case .task:
             job = TaskJob {
                 probe.workBegins()
                 await Task.yield()
-                probe.checkCurrentQueue("TaskJob body resumed")
-                probe.checkDependencies("TaskJob body resumed")
-                probe.workEnds()
-                if probe.spec.throwsIfCancelled {
-                    try Task.checkCancellation()
-                }
+                work.checkCurrentQueue("TaskJob body resumed")
+                work.checkDependenciesFinished("TaskJob body resumed")
+                try work.endTaskWork()
             }
         }
         job.name = probe.name
         job.queuePriority = spec.priority
+        job.timeout = spec.timeout
         for observer in probe.observers {
             job.observe { [self] event in
                 probe.observed(event, by: observer)
@@ -600,9 +623,7 @@ private final class StressRound: Sendable {
                 if spec.completionSpawns {
                     spawnFollowUp(of: probe, part: 2, dependsOnParent: false)
                 }
-                if completionsSeen.add(1, ordering: .relaxed).newValue % pace == 0 {
-                    for signal in mutatorSignals { signal.signal() }
-                }
+                pacer.jobSettled()
             }
         }
         probe.job.withLock { $0 = WeakReference(job) }
@@ -620,12 +641,12 @@ private final class StressRound: Sendable {
         let finisher: @Sendable () -> Void = {
             finisherArrived.signal()
             cancellerArrived.wait()
-            probe.finish(job)
+            probe.work.finish(job)
         }
         let canceller: @Sendable () -> Void = {
             cancellerArrived.signal()
             finisherArrived.wait()
-            job.cancel()
+            probe.work.cancel(job, with: [probe.spec.raceReason])
         }
         let first = DispatchQueue(label: "stress.racer1", qos: .utility)
         let second = DispatchQueue(label: "stress.racer2", qos: .utility)
@@ -648,22 +669,33 @@ private final class StressRound: Sendable {
         let spec = JobSpec.random(&random, queueCount: StressRound.queueCount)
         let probe = JobProbe(
             name: "\(parent.name).\(part == 1 ? "s" : "c")", spec: spec, queue: queues[spec.queue],
-            failures: failures, depth: parent.depth + 1, followUpStream: random.next(), window: nil)
+            log: log, depth: parent.depth + 1, followUpStream: random.next(), window: nil)
+        let policy = random.policy(requireSuccess: 0.5)
         let job = makeJob(probe)
-        // The parent is running or finished, so this edge cannot close a wait cycle.
+        // The parent is running or finished, so this edge cannot close a wait cycle. Under
+        // `.requireSuccess` the follow-up is cancelled if the parent fails or was cancelled, at once
+        // if it already has.
         if dependsOnParent, let parentJob = parent.currentJob {
-            addDependency(of: probe, job, on: parentJob, expectAlreadyStarted: false)
+            addDependency(of: probe, job, on: parent, parentJob, policy: policy, expectAlreadyStarted: false)
         }
         add([(job, probe)], to: queues[spec.queue], atomically: false)
     }
 
     /// Tries `dependent waits for dependency`; records it for the dependent's checks if accepted.
-    func addDependency(of probe: JobProbe, _ dependent: Job, on dependency: Job, expectAlreadyStarted: Bool) {
+    /// `.alreadyStarted` is expected for a late edge, and for any edge to a job that a
+    /// `.requireSuccess` edge already cancelled (which finished it before it was added).
+    func addDependency(
+        of probe: JobProbe, _ dependent: Job, on dependencyProbe: JobProbe, _ dependency: Job,
+        policy: DependencyPolicy, expectAlreadyStarted: Bool
+    ) {
         do throws(JobError) {
-            try dependent.addDependency(dependency)
-            probe.dependencies.withLock { $0.append(WeakReference(dependency)) }
+            try dependent.addDependency(dependency, policy: policy)
+            probe.work.dependencyAccepted(dependency, probe: dependencyProbe.work, policy: policy)
+            if policy == .requireSuccess {
+                requireSuccessEdges.add(1, ordering: .relaxed)
+            }
         } catch {
-            if error.code == .alreadyStarted && expectAlreadyStarted {
+            if error.code == .alreadyStarted && (expectAlreadyStarted || dependent.isCancelled) {
                 let state = dependent.state
                 if state != .executing && state != .finished {
                     probe.fail("addDependency refused with .alreadyStarted while \(state)")
@@ -708,27 +740,27 @@ private final class StressRound: Sendable {
                 epochs.append([])
                 return epochs[barrier]
             }
-            let failures = self.failures
+            let log = self.log
             queue.queue.addBarrierBlock {
                 let label = "queue \(queue.index), barrier \(barrier)"
                 let finished = queue.barriersFinished.load(ordering: .sequentiallyConsistent)
                 if finished != barrier {
-                    failures.append("\(label) started when \(finished) barriers had finished (expected \(barrier))")
+                    log.record("\(label) started when \(finished) barriers had finished (expected \(barrier))")
                 }
-                let inFlight = queue.inFlight.now
+                let inFlight = queue.probe.inFlight.now
                 if inFlight != 0 {
-                    failures.append("\(label) started with \(inFlight) jobs of its queue in flight")
+                    log.record("\(label) started with \(inFlight) jobs of its queue in flight")
                 }
                 for reference in earlier {
                     guard let job = reference.object else { continue }  // Freed, so finished.
                     if !job.isFinished {
-                        failures.append("\(label) started before '\(job.displayName)', added before it, finished")
+                        log.record("\(label) started before '\(job.displayName)', added before it, finished")
                     }
                 }
                 queue.barrierRuns.add(1, ordering: .sequentiallyConsistent)
-                let inFlightAtEnd = queue.inFlight.now
+                let inFlightAtEnd = queue.probe.inFlight.now
                 if inFlightAtEnd != 0 {
-                    failures.append("\(label): \(inFlightAtEnd) jobs of its queue started while it ran")
+                    log.record("\(label): \(inFlightAtEnd) jobs of its queue started while it ran")
                 }
                 queue.barriersFinished.store(barrier + 1, ordering: .sequentiallyConsistent)
             }
@@ -757,12 +789,13 @@ private final class StressRound: Sendable {
                 batch.append(members[position + batch.count])
             }
             for member in batch {
-                for dependency in plan[member].dependencies {
+                for (dependency, policy) in plan[member].dependencies {
                     addDependency(
-                        of: initialProbes[member], jobs[member], on: jobs[dependency], expectAlreadyStarted: false)
+                        of: initialProbes[member], jobs[member], on: initialProbes[dependency], jobs[dependency],
+                        policy: policy, expectAlreadyStarted: false)
                 }
                 if plan[member].cancelBeforeAdding {
-                    jobs[member].cancel()
+                    initialProbes[member].work.cancel(jobs[member], with: [plan[member].cancelReason])
                     if !jobs[member].isFinished {
                         initialProbes[member].fail("cancelled before being added, but \(jobs[member].state)")
                     }
@@ -772,11 +805,13 @@ private final class StressRound: Sendable {
                 batch.map { (jobs[$0], initialProbes[$0]) }, to: queues[planned.spec.queue], atomically: batch.count > 1
             )
             for member in batch {
+                let reasons = [plan[member].cancelReason]
                 if plan[member].cancelRightAfterAdding {
-                    jobs[member].cancel()
+                    initialProbes[member].work.cancel(jobs[member], with: reasons)
                 } else if plan[member].cancelConcurrentlyAfterAdding {
                     let job = jobs[member]
-                    DispatchQueue.global(qos: .utility).async { job.cancel() }
+                    let work = initialProbes[member].work
+                    DispatchQueue.global(qos: .utility).async { work.cancel(job, with: reasons) }
                 }
             }
             position += batch.count
@@ -802,11 +837,13 @@ private final class StressRound: Sendable {
     // MARK: Mutators
 
     private func mutate(_ mutator: Int) {
-        var random = StressRound.generator(seed, stream, part: 100 + UInt64(mutator))
+        var random = SeededRandom(seed: seed, stream: stream, part: 100 + UInt64(mutator))
         let owned = queues[mutator % queues.count]
-        for _ in 0..<bursts {
-            mutatorSignals[mutator].wait()
+        var operation = 0
+        for _ in 0..<pacer.bursts {
+            pacer.waitForBurst(mutator)
             for _ in 0..<StressRound.opsPerBurst {
+                operation += 1
                 // Every draw is made whatever happens next, so the sequence depends on the seed only.
                 let roll = random.int(100)
                 let recent = random.chance(0.8)
@@ -821,6 +858,12 @@ private final class StressRound: Sendable {
                 let cancelInWindow = random.chance(0.3)
                 let quiesce = random.chance(0.5)
                 let windowStream = random.next()
+                let reasons = [
+                    random.cancellationReason(detail: "m\(mutator).\(operation)"),
+                    random.cancellationReason(detail: "m\(mutator).\(operation)b"),
+                ]
+                let cancelTwice = random.chance(0.2)
+                let latePolicy = random.policy(requireSuccess: StressRound.requireSuccessShare)
 
                 func pickJob(_ value: UInt64) -> JobProbe? {
                     published.withLock { published in
@@ -832,10 +875,13 @@ private final class StressRound: Sendable {
 
                 switch roll {
                 case 0..<20:
-                    pickJob(pick)?.currentJob?.cancel()
-                case 20..<35:
+                    // Sometimes twice, with two reasons: the first that takes effect must stay.
+                    if let probe = pickJob(pick), let job = probe.currentJob {
+                        probe.work.cancel(job, with: cancelTwice ? reasons : [reasons[0]])
+                    }
+                case 20..<33:
                     pickJob(pick)?.currentJob?.queuePriority = priority
-                case 35..<55:
+                case 33..<53:
                     // A late edge: a job already on a queue waits for one published before it was added.
                     guard let dependent = pickJob(pick), let dependency = pickJob(otherPick),
                         dependency.added.load(ordering: .sequentiallyConsistent) != 0,
@@ -843,25 +889,35 @@ private final class StressRound: Sendable {
                             <= dependent.addStarted.load(ordering: .sequentiallyConsistent),
                         let dependentJob = dependent.currentJob, let dependencyJob = dependency.currentJob
                     else { continue }
-                    addDependency(of: dependent, dependentJob, on: dependencyJob, expectAlreadyStarted: true)
+                    addDependency(
+                        of: dependent, dependentJob, on: dependency, dependencyJob, policy: latePolicy,
+                        expectAlreadyStarted: true)
                     lateEdges.add(1, ordering: .relaxed)
-                case 55..<58:
+                case 53..<56:
                     addBarrier(to: queues[queueIndex])
-                case 58..<78:
+                case 56..<76:
                     if changingLimits {
                         owned.setLimit(limit)
                     }
-                case 78..<90:
+                case 76..<88:
                     window(
                         on: owned, size: windowSize, suspend: useSuspension, cancelOne: cancelInWindow,
                         quiesce: quiesce, stream: windowStream, restoreLimit: changingLimits ? limit : nil)
+                case 88..<91:
+                    // A waiter wakes only once the outcome is set. Blocks this mutator's own thread;
+                    // every queue this mutator stopped has been resumed.
+                    if let probe = pickJob(pick), let job = probe.currentJob {
+                        job.waitUntilFinished()
+                        probe.work.seeOutcome(job.outcome, "after waitUntilFinished() returned")
+                        waits.add(1, ordering: .relaxed)
+                    }
                 default:
                     // One more producer: a job with no dependencies, to a random queue.
                     var jobRandom = SeededRandom(seed: seed, stream: windowStream)
                     let spec = JobSpec.random(&jobRandom, queueCount: queues.count)
                     let probe = JobProbe(
                         name: "m\(mutator).\(windowStream % 100_000)", spec: spec, queue: queues[spec.queue],
-                        failures: failures, depth: StressRound.maxDepth, followUpStream: 0, window: nil)
+                        log: log, depth: StressRound.maxDepth, followUpStream: 0, window: nil)
                     add([(makeJob(probe), probe)], to: queues[spec.queue], atomically: false)
                 }
             }
@@ -895,14 +951,15 @@ private final class StressRound: Sendable {
             var spec = JobSpec.random(&random, queueCount: queues.count)
             spec.queue = queue.index
             let probe = JobProbe(
-                name: "w\(queue.index).\(stream % 100_000).\(number)", spec: spec, queue: queue, failures: failures,
+                name: "w\(queue.index).\(stream % 100_000).\(number)", spec: spec, queue: queue, log: log,
                 depth: StressRound.maxDepth, followUpStream: 0, window: closed)
             entries.append((makeJob(probe), probe))
         }
         windowJobs.add(size, ordering: .relaxed)
         add(entries, to: queue, atomically: random.chance(0.5))
+        let reason = random.cancellationReason(detail: "window.\(stream % 100_000)")
         if cancelOne, let (job, probe) = entries.last {
-            job.cancel()
+            probe.work.cancel(job, with: [reason])
             if !job.isFinished {
                 probe.fail("cancelled on a suspended queue, but \(job.state)")
             }
@@ -910,10 +967,13 @@ private final class StressRound: Sendable {
         if quiesce {
             for job in running {
                 job.waitUntilFinished()
+                if job.outcome == nil {
+                    log.record("'\(job.displayName)' has no outcome after waitUntilFinished() returned")
+                }
             }
             let started = queue.queue.jobs.filter(\.isExecuting)
             if !started.isEmpty {
-                failures.append(
+                log.record(
                     "queue \(queue.index) \(suspend ? "suspended" : "at limit 0"): \(started.map(\.displayName)) executing after the \(running.count) jobs running when it stopped had finished"
                 )
             }
@@ -932,8 +992,7 @@ private final class StressRound: Sendable {
     /// Runs the round, reports its violations as issues, and returns whether there were none.
     func execute() async -> (Bool, RoundStats) {
         let start = DispatchTime.now()
-        print("StressTests: \(context)")  // Flushed at once, so the seed is on record even if the engine traps.
-        fflush(nil)
+        printFlushed("StressTests: \(log.context)")  // So that the seed is on record even if the engine traps.
         let watchdog = Watchdog(round: self)
 
         let mutators = DispatchGroup()
@@ -946,42 +1005,33 @@ private final class StressRound: Sendable {
                 continuation.resume()
             }
         }
-        await drain()
-        // Let every mutator run its remaining bursts (extra signals are harmless), then drain again:
-        // they may have added jobs.
-        for signal in mutatorSignals {
-            for _ in 0..<bursts { signal.signal() }
-        }
+        await waitUntilAllQueuesSettle()
+        // Let every mutator run its remaining bursts, then wait again: they may have added jobs.
+        pacer.releaseAll()
         await withCheckedContinuation { continuation in
             mutators.notify(queue: .global()) { continuation.resume() }
         }
-        await drain()
+        await waitUntilAllQueuesSettle()
         watchdog.stop()
 
         let stats = checkFinalState()
         let summary =
-            "\(seconds(since: start))s; \(stats.jobs) jobs (\(stats.followUps) follow-ups, \(stats.windowJobs) added while suspended), "
+            "\(secondsElapsed(since: start))s; \(stats.jobs) jobs (\(stats.followUps) follow-ups, \(stats.windowJobs) added while suspended), "
             + "\(stats.barriers) barriers, \(stats.cancelled) cancelled; in flight at most "
-            + "\(queues.map { "\($0.inFlight.maximum)/\($0.fixedLimit ?? $0.largestLimitSet.load(ordering: .relaxed))" }); "
+            + "\(queues.map { "\($0.probe.inFlight.maximum)/\($0.fixedLimit ?? $0.largestLimitSet.load(ordering: .relaxed))" }); "
             + "finish/cancel races won by cancel \(stats.racesCancelWon), by finish \(stats.racesFinishWon); "
             + "dependencies checked at start \(stats.dependenciesChecked), late edges tried \(stats.lateEdgesTried), "
             + "suspensions that waited for the running jobs \(quiesceWindows.load(ordering: .relaxed)), "
-            + "jobs run after being held behind a barrier \(stats.heldJobsRun)"
-        print("StressTests: \(context): \(summary)")
-        fflush(nil)
-
-        let messages = failures.values
-        for message in messages.prefix(25) {
-            Issue.record("\(message) — \(context)")
-        }
-        #expect(messages.isEmpty, "\(messages.count) violations — \(context). \(summary)")
-        return (messages.isEmpty, stats)
+            + "jobs run after being held behind a barrier \(stats.heldJobsRun), "
+            + ".requireSuccess edges \(stats.requireSuccessEdges), waits \(stats.waits); outcomes: \(stats.outcomes)"
+        printFlushed("StressTests: \(log.context): \(summary)")
+        return (log.reportIssues(summary: summary), stats)
     }
 
     /// Waits until every queue is empty and no job was created meanwhile: jobs are counted before
     /// they are added, and a follow-up is added before its parent settles, so when a full pass over
     /// the queues saw no new job, none can be pending anywhere.
-    private func drain() async {
+    private func waitUntilAllQueuesSettle() async {
         while true {
             let before = created.load(ordering: .sequentiallyConsistent)
             for queue in queues {
@@ -1001,32 +1051,39 @@ private final class StressRound: Sendable {
         stats.windowJobs = windowJobs.load(ordering: .relaxed)
         stats.lateEdgesTried = lateEdges.load(ordering: .relaxed)
         if created.load(ordering: .sequentiallyConsistent) != entries.count {
-            failures.append("\(created.load(ordering: .relaxed)) jobs counted, \(entries.count) registered")
+            log.record("\(created.load(ordering: .relaxed)) jobs counted, \(entries.count) registered")
         }
         for queue in queues {
             let count = queue.queue.jobCount
             let members = queue.queue.jobs
             if count != 0 || !members.isEmpty {
-                failures.append(
+                log.record(
                     "queue \(queue.index) drained but jobCount is \(count) and jobs lists \(members.prefix(5).map(\.displayName))"
                 )
             }
-            if queue.inFlight.now != 0 {
-                failures.append("queue \(queue.index): \(queue.inFlight.now) jobs in flight after the drain")
+            let inFlight = queue.probe.inFlight
+            if inFlight.now != 0 {
+                log.record("queue \(queue.index): \(inFlight.now) jobs in flight after the drain")
             }
             let limit = queue.fixedLimit ?? queue.largestLimitSet.load(ordering: .sequentiallyConsistent)
-            if queue.inFlight.maximum > limit {
-                failures.append("queue \(queue.index): \(queue.inFlight.maximum) jobs were in flight, limit \(limit)")
+            if inFlight.maximum > limit {
+                log.record("queue \(queue.index): \(inFlight.maximum) jobs were in flight, limit \(limit)")
             }
             let barriers = queue.barriersAdded.load(ordering: .sequentiallyConsistent)
             let runs = queue.barrierRuns.load(ordering: .sequentiallyConsistent)
             let finished = queue.barriersFinished.load(ordering: .sequentiallyConsistent)
             if runs != barriers || finished != barriers {
-                failures.append("queue \(queue.index): \(barriers) barriers added, \(runs) ran, \(finished) returned")
+                log.record("queue \(queue.index): \(barriers) barriers added, \(runs) ran, \(finished) returned")
             }
             stats.barriers += barriers
-            stats.dependenciesChecked += queue.dependenciesChecked.load(ordering: .relaxed)
+            stats.dependenciesChecked += queue.probe.dependenciesChecked.load(ordering: .relaxed)
             stats.heldJobsRun += queue.heldJobsRun.load(ordering: .relaxed)
+        }
+        stats.requireSuccessEdges = requireSuccessEdges.load(ordering: .relaxed)
+        stats.waits = waits.load(ordering: .relaxed)
+        // First every job's final outcome, which the checks of its dependents read.
+        for (job, probe) in entries {
+            probe.work.recordFinalOutcome(job)
         }
         for (job, probe) in entries {
             check(job, probe, &stats)
@@ -1035,46 +1092,31 @@ private final class StressRound: Sendable {
     }
 
     private func check(_ job: Job, _ probe: JobProbe, _ stats: inout RoundStats) {
-        let state = job.state
         let cancelled = job.isCancelled
-        let runs = probe.runs.load(ordering: .sequentiallyConsistent)
         if cancelled { stats.cancelled += 1 }
-        if state != .finished {
-            probe.fail("\(state) after the drain")
-        }
-        if !job.dependencies.isEmpty {
-            probe.fail("finished but still lists \(job.dependencies.count) dependencies")
-        }
-        if runs > 1 || (runs == 0 && !cancelled) {
-            probe.fail("work ran \(runs) times (cancelled: \(cancelled))")
-        }
-        if probe.spec.kind == .twoBlocks && probe.secondBlockRuns.load(ordering: .sequentiallyConsistent) != runs {
-            probe.fail("second block ran \(probe.secondBlockRuns.load(ordering: .relaxed)) times, the first \(runs)")
-        }
+        let runs = probe.work.checkAfterDrain(job, cancelled: cancelled, hasSecondBlock: probe.spec.kind == .twoBlocks)
         if probe.spec.kind == .asyncRace && runs == 1 {
             if cancelled { stats.racesCancelWon += 1 } else { stats.racesFinishWon += 1 }
         }
         if probe.spec.hasCompletion {
-            let completions = probe.completions.load(ordering: .sequentiallyConsistent)
+            let completions = probe.work.completions.load(ordering: .sequentiallyConsistent)
             if completions != 1 {
                 probe.fail("completion block ran \(completions) times")
             }
         }
-        // A job that ran: .ready, .started, [.cancelled], .finished. One cancelled before it
-        // started: [.ready], .cancelled, .finished.
-        let valid: [[JobEvent]] =
-            runs == 1
-            ? [[.ready, .started, .finished], [.ready, .started, .cancelled, .finished]]
-            : [[.cancelled, .finished], [.ready, .cancelled, .finished]]
         for (index, observer) in probe.observers.enumerated() {
             let events = observer.events.withLock { $0 }
-            if !valid.contains(events) {
+            if !isValidLifecycle(events, workRan: runs == 1) {
                 probe.fail("observer \(index) saw \(events) (work ran \(runs) times)")
             }
             if events.contains(.cancelled) != cancelled {
                 probe.fail("isCancelled is \(cancelled) but observer \(index) saw \(events)")
             }
         }
+        // Every job is alive (the registry holds it); `isCancelled` stands for `.cancelled`, which
+        // the observers, if any, were checked against above.
+        probe.work.checkOutcomeAfterDrain(job, cancelledEvent: cancelled, runs: runs)
+        stats.outcomes.add(probe.work.finalOutcome.withLock { $0 }, wasCancelled: cancelled)
     }
 }
 
@@ -1091,18 +1133,18 @@ private final class Watchdog: Sendable {
             var last = -1
             while done.wait(timeout: .now() + .seconds(30)) == .timedOut {
                 guard let round else { return }
-                let progress = round.completionsSeen.load(ordering: .relaxed) + round.clock.load(ordering: .relaxed)
+                let progress = round.pacer.settledCount + round.clock.load(ordering: .relaxed)
                 if progress == last {
-                    print("StressTests: no progress for 30 s — \(round.context)")
+                    var report = ["StressTests: no progress for 30 s — \(round.log.context)"]
                     for queue in round.queues {
                         let members = queue.queue.jobs
-                        print(
+                        report.append(
                             "  queue \(queue.index): suspended \(queue.queue.isSuspended), limit \(queue.queue.maxConcurrentJobCount), "
                                 + "\(members.count) jobs: \(members.prefix(8).map { "\($0.displayName) \($0.state)" }), "
                                 + "barriers added \(queue.barriersAdded.load(ordering: .relaxed)), "
                                 + "finished \(queue.barriersFinished.load(ordering: .relaxed))")
                     }
-                    fflush(nil)
+                    printFlushed(report.joined(separator: "\n"))
                 }
                 last = progress
             }
@@ -1110,10 +1152,4 @@ private final class Watchdog: Sendable {
     }
 
     func stop() { done.signal() }
-}
-
-private func seconds(since start: DispatchTime) -> String {
-    let milliseconds = (DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000
-    let fraction = String(milliseconds % 1000)
-    return "\(milliseconds / 1000).\(String(repeating: "0", count: 3 - fraction.count))\(fraction)"
 }

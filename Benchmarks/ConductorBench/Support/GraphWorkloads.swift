@@ -22,17 +22,7 @@ enum GraphWorkloads {
         jobs.reserveCapacity(graph.count)
         var failure: String?
         let (_, nanoseconds) = Clock.measure {
-            for node in 0..<graph.count {
-                let job = BlockJob { ledger.record(node) }
-                for dependency in graph.dependencies(of: node) {
-                    do {
-                        try job.addDependency(jobs[Int(dependency)])
-                    } catch {
-                        failure = "addDependency threw: \(error)"
-                    }
-                }
-                jobs.append(job)
-            }
+            makeJobs(graph, ledger, into: &jobs, failure: &failure)
             queue.addJobs(jobs, waitUntilFinished: false)
             queue.waitUntilAllJobsAreFinished()
         }
@@ -45,13 +35,7 @@ enum GraphWorkloads {
         var operations: [Operation] = []
         operations.reserveCapacity(graph.count)
         let (_, nanoseconds) = Clock.measure {
-            for node in 0..<graph.count {
-                let operation = BlockOperation { ledger.record(node) }
-                for dependency in graph.dependencies(of: node) {
-                    operation.addDependency(operations[Int(dependency)])
-                }
-                operations.append(operation)
-            }
+            makeOperations(graph, ledger, into: &operations)
             queue.addOperations(operations, waitUntilFinished: false)
             queue.waitUntilAllOperationsAreFinished()
         }
@@ -60,11 +44,7 @@ enum GraphWorkloads {
 
     static func dispatch(_ graph: Graph) -> Trial {
         let ledger = Ledger(capacity: graph.count)
-        let (_, nanoseconds) = Clock.measure {
-            let run = DispatchGraphRun(graph: graph, ledger: ledger)
-            run.start()
-            run.group.wait()
-        }
+        let (_, nanoseconds) = Clock.measure { dispatchAndWait(graph, ledger) }
         return Trial(nanoseconds: nanoseconds, jobs: graph.count, failure: ledger.checkTopological(graph))
     }
 
@@ -95,6 +75,46 @@ enum GraphWorkloads {
             return Double(Clock.now() - start)
         }
         return Trial(nanoseconds: nanoseconds, jobs: graph.count, failure: ledger.checkTopological(graph))
+    }
+
+    // MARK: Building blocks, shared with the `batch-*` scenarios
+
+    /// Appends to `jobs` a `BlockJob` per node that records it in `ledger`, in index order, with
+    /// `addDependency` per edge. Sets `failure` if `addDependency` throws.
+    static func makeJobs(_ graph: Graph, _ ledger: Ledger, into jobs: inout [Job], failure: inout String?) {
+        let base = jobs.count
+        for node in 0..<graph.count {
+            let job = BlockJob { ledger.record(node) }
+            for dependency in graph.dependencies(of: node) {
+                do {
+                    try job.addDependency(jobs[base + Int(dependency)])
+                } catch {
+                    failure = "addDependency threw: \(error)"
+                }
+            }
+            jobs.append(job)
+        }
+    }
+
+    /// Appends to `operations` a `BlockOperation` per node that records it in `ledger`, in index
+    /// order, with `addDependency` per edge.
+    static func makeOperations(_ graph: Graph, _ ledger: Ledger, into operations: inout [Operation]) {
+        let base = operations.count
+        for node in 0..<graph.count {
+            let operation = BlockOperation { ledger.record(node) }
+            for dependency in graph.dependencies(of: node) {
+                operation.addDependency(operations[base + Int(dependency)])
+            }
+            operations.append(operation)
+        }
+    }
+
+    /// Runs `graph` on Dispatch, recording each node in `ledger`, and returns when every node has
+    /// run: one `DispatchGroup` for the graph, one `wait()`.
+    static func dispatchAndWait(_ graph: Graph, _ ledger: Ledger) {
+        let run = DispatchGraphRun(graph: graph, ledger: ledger)
+        run.start()
+        run.group.wait()
     }
 }
 

@@ -3,44 +3,19 @@ import ConductorTestSupport
 import Dispatch
 import Foundation
 
-// Fixtures for the adapter's tests: a correct asynchronous Operation subclass, work that the test
-// completes by hand, and ways to wait without blocking Swift concurrency's two pool threads.
+// Fixtures for the adapter's tests: a Foundation queue the test can drain, a correct asynchronous
+// Operation subclass, and work that the test completes by hand. The ways to wait without blocking
+// Swift concurrency's two pool threads are in ConductorTestSupport (Waiting.swift).
 
-// MARK: - Waiting
-
-/// Suspends until `queue`, a serial Dispatch queue, has run every block submitted to it so far:
-/// in particular, until the block running now (a queue's worker) has returned.
-func drain(_ queue: DispatchQueue) async {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        queue.async { continuation.resume() }
-    }
-}
-
-/// Runs `body` on a fresh serial-queue thread, where it may block, and suspends until it returns.
-/// Never blocks one of the cooperative pool's threads.
-func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { (continuation: CheckedContinuation<T, Never>) in
-        DispatchQueue(label: "ConductorFoundationTests.offPool").async {
-            continuation.resume(returning: body())
-        }
-    }
-}
+// MARK: - Queues
 
 /// A Foundation queue whose operations run on `worker`, a private serial Dispatch queue that the
-/// test can drain.
+/// test can drain with `drainSerialQueue(_:)`.
 func makeOperationQueue(_ name: String, limit: Int) -> (OperationQueue, worker: DispatchQueue) {
     let worker = DispatchQueue(label: "ConductorFoundationTests.\(name)")
     let queue = OperationQueue()
     queue.name = name
     queue.maxConcurrentOperationCount = limit
-    queue.underlyingQueue = worker
-    return (queue, worker)
-}
-
-/// A Conductor queue whose workers run on `worker`, a private serial Dispatch queue.
-func makeJobQueue(_ name: String, limit: Int) -> (JobQueue, worker: DispatchQueue) {
-    let worker = DispatchQueue(label: "ConductorFoundationTests.\(name)")
-    let queue = JobQueue(name: name, maxConcurrentJobCount: limit)
     queue.underlyingQueue = worker
     return (queue, worker)
 }
@@ -87,8 +62,7 @@ final class ManualWork: Sendable {
 /// `isAsynchronous`, keeps `isExecuting`/`isFinished` behind a lock and posts their key-value
 /// notifications, and handles cancellation before start. Its work starts in `start()` and
 /// completes when the test completes it through `work`.
-// @unchecked Sendable: `flags` is a locked box; `index`, `work`, `inFlight` and `log` are immutable
-// references to thread-safe objects; the rest is `Operation`'s, which locks it.
+// @unchecked Sendable: `flags` is locked; the other properties are immutable and Sendable; the rest is `Operation`'s.
 final class ManualAsyncOperation: Operation, @unchecked Sendable {
     private let flags = Locked((executing: false, finished: false))
     let index: Int
@@ -133,18 +107,5 @@ final class ManualAsyncOperation: Operation, @unchecked Sendable {
         flags.withLock { $0 = (executing: false, finished: true) }
         didChangeValue(forKey: "isFinished")
         if wasExecuting { didChangeValue(forKey: "isExecuting") }
-    }
-}
-
-// MARK: - Lifetimes
-
-/// Weak references to objects that should be freed, read from the test.
-// @unchecked Sendable: every property is a weak reference set once, before the box is shared;
-// loading a weak reference is thread-safe.
-final class WeakBox<Object: AnyObject>: @unchecked Sendable {
-    weak var object: Object?
-
-    init(_ object: Object) {
-        self.object = object
     }
 }

@@ -28,6 +28,12 @@ struct SeededRandom: RandomNumberGenerator, Sendable {
         self.init(seed: SeededRandom.mix(seed ^ SeededRandom.mix(stream &+ 0x6A09_E667_F3BC_C908)))
     }
 
+    /// The generator for one use (`part`) of `stream`: a randomized harness gives each round a
+    /// stream and each use within the round (building, each mutator, ...) a part of it.
+    init(seed: UInt64, stream: UInt64, part: UInt64) {
+        self.init(seed: seed, stream: SeededRandom.mix(stream) ^ part)
+    }
+
     mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         return SeededRandom.mix(state)

@@ -1,0 +1,182 @@
+/// A job made of other jobs: its children run on a queue of the group's own, with the group's own
+/// limit, and the group finishes when all of them have.
+///
+/// ```swift
+/// let importAll = GroupJob(name: "import", maxConcurrentJobCount: 4, jobs: files.map(ImportJob.init))
+/// try report.addDependency(importAll, policy: .requireSuccess)
+/// queue.addJobs([importAll, report], waitUntilFinished: false)
+/// ```
+///
+/// - The children wait until the group starts executing on its queue, then run on the group's
+///   queue of children, whose limit is `maxConcurrentJobCount`. The group holds one slot of its own
+///   queue from then until it finishes: when every child (and every job they
+///   ``Job/produce(_:)``d) has finished. A group with no children finishes as soon as it starts.
+/// - Its outcome: `.failed` with a ``GroupFailure`` naming each failed child and its error, if any
+///   child failed; otherwise `.succeeded`. A child cancelled on its own does not fail the group.
+/// - Cancelling the group records its own reason first (its outcome is `.cancelled` with it), then
+///   cancels every unfinished child with ``CancellationReason/Code/parentCancelled`` naming the
+///   group. A child added to a cancelled group starts cancelled the same way.
+/// - ``addChild(_:)`` may be called until the group finishes; on a finished group it traps. A
+///   child that has already finished counts as finished (and, if it failed, as a failure). A
+///   running child adds to its group with ``Job/produce(_:)``, which counts the new child before the
+///   producer can finish, so the group cannot finish in between.
+/// - Exclusivity categories held by a group count as held by its children, at any depth: a child
+///   naming one of them runs without waiting for the group to let it go.
+public final class GroupJob: Job, @unchecked Sendable {
+    // @unchecked Sendable: `children` is a JobQueue (itself Sendable); `unfinished`, `failures` and
+    // `isSealed` are guarded by `engineLock`.
+
+    /// The queue the children run on, suspended until the group starts.
+    private let children: JobQueue
+    private var unfinished = 0
+    private var failures: [(job: String, error: any Error)] = []
+    private var didExecute = false
+    /// Set, in the critical section that finds every child finished after the group executed: the
+    /// group is finishing, and takes no more children.
+    private var isSealed = false
+
+    /// Creates a group whose children run at most `maxConcurrentJobCount` at a time, starting with
+    /// `jobs`.
+    public init(
+        name: String? = nil, maxConcurrentJobCount: Int = JobQueue.defaultMaxConcurrentJobCount, jobs: [Job] = []
+    ) {
+        children = JobQueue(name: "\(name ?? "GroupJob").children", maxConcurrentJobCount: maxConcurrentJobCount)
+        children.isSuspended = true
+        super.init(finishesWhenExecuteReturns: false)
+        if let name { self.name = name }
+        for job in jobs {
+            addChild(job)
+        }
+    }
+
+    /// Adds `job` as a child: it runs on the group's queue of children once the group executes, and
+    /// the group finishes only after it has. A child added to a cancelled group is cancelled with
+    /// ``CancellationReason/Code/parentCancelled``. Adding a child to a finished group traps.
+    public func addChild(_ job: Job) {
+        let handler: @Sendable (JobEvent) -> Void = { [self] event in
+            if event == .finished { childFinished(job) }
+        }
+        engineLock.lock()
+        if (_state == .finished || isSealed) && !_isCancelled {
+            let name = _describeLocked
+            engineLock.unlock()
+            _trap("GroupJob.addChild(_:): '\(name)' has already finished; add children before it finishes")
+        }
+        let cancelled = _isCancelled
+        job._extrasLocked.parentGroup = self
+        // Counted and observed in one critical section, so that it cannot finish unobserved. A job
+        // that already finished counts as a finished child.
+        var observed = false
+        if !cancelled {
+            observed = job._observeLocked(handler)
+            if observed {
+                unfinished += 1
+            } else if job._lifecycle.outcome == .failed, let error = job._outcomeDetails?.error {
+                failures.append((job._describeLocked, error))
+            }
+        }
+        engineLock.unlock()
+        if cancelled {
+            // Nothing will run it: the group is over, or its children are being cancelled.
+            job.cancel(reason: parentReason)
+        } else if observed {
+            children.addJob(job)
+        }
+    }
+
+    /// The jobs of the group that have not finished yet (children and produced jobs).
+    public var childJobs: [Job] { children.jobs }
+
+    private var parentReason: CancellationReason {
+        CancellationReason(code: .parentCancelled, detail: nil, responsibleJob: displayName)
+    }
+
+    public override func execute() {
+        engineLock.lock()
+        didExecute = true
+        let done = unfinished == 0
+        if done { isSealed = true }
+        engineLock.unlock()
+        if done {
+            return end()
+        }
+        children.isSuspended = false
+    }
+
+    public override func cancel() {
+        super.cancel()
+        // All children in one critical section: one cancelled child finishing must not let the
+        // next one start before it is cancelled too.
+        children._cancelAllJobs(reason: parentReason)
+        engineLock.lock()
+        let done = unfinished == 0 && didExecute && !isSealed
+        if done { isSealed = true }
+        engineLock.unlock()
+        if done { end() }
+    }
+
+    private func childFinished(_ child: Job) {
+        let outcome = child.outcome
+        engineLock.lock()
+        unfinished -= 1
+        if case .failed(let error)? = outcome {
+            failures.append((child._describeLocked, error))
+        }
+        let done = unfinished == 0 && didExecute && !isSealed
+        if done { isSealed = true }
+        engineLock.unlock()
+        if done { end() }
+    }
+
+    /// Finishes the group: failed if a child failed, unless the group was cancelled, whose own
+    /// reason then stands.
+    private func end() {
+        engineLock.lock()
+        let failures = _isCancelled ? [] : self.failures
+        let name = _describeLocked
+        engineLock.unlock()
+        _finish(failure: failures.isEmpty ? nil : GroupFailure(group: name, failures: failures))
+    }
+}
+
+/// The error a ``GroupJob`` fails with: each child that failed, by name, with its error.
+public struct GroupFailure: Error, CustomStringConvertible {
+    /// The group's name.
+    public let group: String
+    /// The failed children's names and errors, in the order they finished.
+    public let failures: [(job: String, error: any Error)]
+
+    public var description: String {
+        let list = failures.map { "'\($0.job)': \($0.error)" }.joined(separator: "; ")
+        return "'\(group)': \(failures.count) \(failures.count == 1 ? "child" : "children") failed: \(list)"
+    }
+}
+
+extension Job {
+    /// Adds `job`, made by this job while it runs, to this job's group if it is a group's child, or
+    /// else to this job's queue, before this job can finish: a group cannot finish in between.
+    ///
+    /// Call it from the job's own work, while it executes (an asynchronous job until it calls
+    /// `finish()`); otherwise it traps, as it does for a job started by hand outside any queue or
+    /// group.
+    public func produce(_ job: Job) {
+        engineLock.lock()
+        guard _state == .executing else {
+            let name = _describeLocked
+            let state = _state
+            engineLock.unlock()
+            _trap("Job.produce(_:): '\(name)' is \(state); a job produces jobs only while it executes")
+        }
+        let group = _extras?.parentGroup
+        let queue = _queue?.takeUnretainedValue()
+        let name = _describeLocked
+        engineLock.unlock()
+        if let group {
+            group.addChild(job)
+        } else if let queue {
+            queue.addJob(job)
+        } else {
+            _trap("Job.produce(_:): '\(name)' was started by hand, outside any queue or group; add the job yourself")
+        }
+    }
+}

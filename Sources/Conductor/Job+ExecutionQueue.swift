@@ -1,0 +1,65 @@
+import Dispatch
+
+extension Job {
+    /// The Dispatch queue the job's work runs on, or `nil` (the default) for its queue's worker.
+    ///
+    /// Set it, for example to `.main`, for work that must run on a particular thread or queue. The
+    /// job still holds its own queue's slot from the moment its queue starts it until it finishes, so
+    /// a limit of 3 still means at most 3 such jobs in flight; the worker does not wait meanwhile, it
+    /// goes on with other jobs. Inside the work, ``JobQueue/current`` is the job's queue. A job
+    /// that finishes when ``execute()`` returns finishes then; an ``AsynchronousJob`` when it calls
+    /// ``AsynchronousJob/finish()``. ``start()`` by hand also hands the work to this queue, and
+    /// returns at once.
+    ///
+    /// A ``TaskJob``'s or ``ValueJob``'s body runs in a `Task` wherever it was started; mark the body
+    /// `@MainActor` instead.
+    ///
+    /// Set it before the job starts; setting it on a started job traps, and on a job cancelled
+    /// before it started it has no effect.
+    public var executionQueue: DispatchQueue? {
+        get { engineLock.withLock { _extras?.executionQueue } }
+        set {
+            engineLock.lock()
+            guard _isUnstartedLocked("Job.executionQueue", "set its execution queue") else { return }
+            if newValue != nil || _extras != nil {
+                _extrasLocked.executionQueue = newValue
+            }
+            _runsElsewhere = newValue != nil
+            engineLock.unlock()
+        }
+    }
+
+    /// Runs the job's work on its execution queue, with `queue` as ``JobQueue/current``, and
+    /// finishes the job as its worker would have. The job is executing.
+    func _executeOnExecutionQueue(queue: JobQueue?) {
+        guard let target = engineLock.withLock({ _extras?.executionQueue }) else { return }
+        target.async { [self] in
+            _ThreadContext.withContext(queue: queue, job: self) {
+                var failure: (any Error)?
+                do {
+                    try execute()
+                } catch {
+                    failure = error
+                }
+                if failure != nil || finishesWhenExecuteReturns {
+                    _finish(failure: failure)
+                }
+            }
+        }
+    }
+}
+
+extension JobQueue {
+    /// A shared queue whose jobs run their work on the main queue, one at a time, as Foundation's
+    /// `OperationQueue.main`.
+    ///
+    /// Its limit is 1 and its `underlyingQueue` is `DispatchQueue.main`, so its workers, and so
+    /// its jobs' work, observers and completion blocks, run on the main thread, in order of
+    /// priority then arrival. The main queue must be running (an app's run loop, `dispatchMain()`,
+    /// or an `async` `main`). Waiting for it from the main thread never returns.
+    public static let main: JobQueue = {
+        let queue = JobQueue(name: "main", maxConcurrentJobCount: 1)
+        queue.underlyingQueue = DispatchQueue.main
+        return queue
+    }()
+}

@@ -1,0 +1,137 @@
+/// How a finished job ended: its work succeeded, failed with an error, or the job was cancelled for
+/// a reason.
+///
+/// A job has exactly one outcome, set once when it finishes (``Job/outcome`` is `nil` until then),
+/// before its observers are told `.finished` and before its waiters wake. The rule:
+///
+/// - A job that was cancelled, before or while it ran and by whatever cause, is `.cancelled` with
+///   the first reason given, unless its work then fails with an error other than
+///   `CancellationError`, which makes it `.failed`.
+/// - A job whose work had already finished when the cancellation came keeps its outcome.
+/// - Otherwise it is `.succeeded`, or `.failed` if its work threw (``Job/execute()``), called
+///   ``AsynchronousJob/finish(throwing:)``, or (for a ``TaskJob``) its body threw.
+public enum JobOutcome: Sendable, CustomStringConvertible {
+    /// The work completed.
+    case succeeded
+    /// The work failed with this error.
+    case failed(any Error)
+    /// The job was cancelled, for this reason; its work did not run, or stopped early.
+    case cancelled(CancellationReason)
+
+    public var description: String {
+        switch self {
+        case .succeeded: "succeeded"
+        case .failed(let error): "failed: \(error)"
+        case .cancelled(let reason): "cancelled (\(reason))"
+        }
+    }
+}
+
+/// Why a job was cancelled.
+///
+/// ```swift
+/// job.cancel(reason: .init(code: .requested, detail: "user tapped Stop"))
+/// ```
+public struct CancellationReason: Sendable, Equatable, CustomStringConvertible {
+    /// The kind of cause. New codes may be added in later versions, so switch with a `default` case.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        enum Value: UInt8, Sendable {
+            case requested
+            case queueCancelled
+            case timedOut
+            case dependencyFailed
+            case dependencyCancelled
+            case parentCancelled
+            case conditionFailed
+        }
+
+        let value: Value
+
+        /// ``Job/cancel()``, or ``Job/cancel(reason:)`` with a reason of the caller's.
+        public static let requested = Code(value: .requested)
+        /// ``JobQueue/cancelAllJobs()``.
+        public static let queueCancelled = Code(value: .queueCancelled)
+        /// The job ran longer than its timeout.
+        public static let timedOut = Code(value: .timedOut)
+        /// A dependency added with ``DependencyPolicy/requireSuccess`` failed.
+        public static let dependencyFailed = Code(value: .dependencyFailed)
+        /// A dependency added with ``DependencyPolicy/requireSuccess`` was cancelled.
+        public static let dependencyCancelled = Code(value: .dependencyCancelled)
+        /// The job that runs this one was cancelled: a ``GroupJob``'s child, or a ``RetryJob``'s
+        /// attempt in flight.
+        public static let parentCancelled = Code(value: .parentCancelled)
+        /// A ``JobCondition`` of the job returned `false` or threw; the detail names it.
+        public static let conditionFailed = Code(value: .conditionFailed)
+
+        public var description: String {
+            switch value {
+            case .requested: "requested"
+            case .queueCancelled: "queueCancelled"
+            case .timedOut: "timedOut"
+            case .dependencyFailed: "dependencyFailed"
+            case .dependencyCancelled: "dependencyCancelled"
+            case .parentCancelled: "parentCancelled"
+            case .conditionFailed: "conditionFailed"
+            }
+        }
+    }
+
+    /// The kind of cause.
+    public let code: Code
+    /// Free text from whoever cancelled, if any.
+    public let detail: String?
+    /// The name of the job whose outcome caused the cancellation (the failed or cancelled
+    /// dependency), where there is one.
+    public let responsibleJob: String?
+
+    /// Creates a reason, for ``Job/cancel(reason:)``.
+    public init(code: Code, detail: String? = nil) {
+        self.init(code: code, detail: detail, responsibleJob: nil)
+    }
+
+    init(code: Code, detail: String?, responsibleJob: String?) {
+        self.code = code
+        self.detail = detail
+        self.responsibleJob = responsibleJob
+    }
+
+    /// The code, then the responsible job and the detail where there are any: for example
+    /// `dependencyFailed: 'download' failed` or `requested: user tapped Stop`.
+    public var description: String {
+        var text = code.description
+        if let responsibleJob {
+            switch code.value {
+            case .dependencyFailed: text += ": '\(responsibleJob)' failed"
+            case .dependencyCancelled: text += ": '\(responsibleJob)' was cancelled"
+            case .parentCancelled: text += ": '\(responsibleJob)' was cancelled"
+            default: text += ": by '\(responsibleJob)'"
+            }
+        }
+        if let detail {
+            text += responsibleJob == nil ? ": \(detail)" : " (\(detail))"
+        }
+        return text
+    }
+}
+
+/// What a dependent does when a dependency does not succeed.
+///
+/// Set per edge with ``Job/addDependency(_:policy:)``.
+public enum DependencyPolicy: Sendable, Equatable {
+    /// Run once the dependency has finished, whatever its outcome: Foundation's semantics, and the
+    /// default.
+    case afterFinish
+    /// Run only if the dependency succeeds. If it fails or is cancelled, the dependent is cancelled
+    /// without running, with ``CancellationReason/Code/dependencyFailed`` or
+    /// ``CancellationReason/Code/dependencyCancelled`` naming it, and so on through the graph.
+    case requireSuccess
+}
+
+/// The parts of a job's outcome that need storage: a failure's error, a cancellation reason's
+/// detail and responsible job. Allocated only for a job that has one of them.
+// @unchecked Sendable: every stored property is guarded by `engineLock`.
+final class _OutcomeDetails: @unchecked Sendable {
+    var error: (any Error)?
+    var detail: String?
+    var responsibleJob: String?
+}

@@ -1,0 +1,257 @@
+import Dispatch
+
+/// How long a ``RetryJob`` waits after a failed attempt before it makes the next one.
+public enum Backoff: Sendable, Equatable {
+    /// No wait: the next attempt starts as soon as the failure is known.
+    case none
+    /// The same wait before every retry.
+    case constant(Duration)
+    /// `initial` before the second attempt, doubling for each attempt after it, never more than
+    /// `maximum`. With `jitter`, each wait is instead drawn uniformly between zero and that value
+    /// ("full jitter"), so that many jobs retrying at once spread out.
+    case exponential(initial: Duration, maximum: Duration, jitter: Bool = false)
+
+    /// The longest wait before attempt `attempt` (2 for the first retry): the wait itself, or with
+    /// jitter, the bound it is drawn under.
+    public func maximumDelay(beforeAttempt attempt: Int) -> Duration {
+        switch self {
+        case .none:
+            return .zero
+        case .constant(let delay):
+            return max(delay, .zero)
+        case .exponential(let initial, let maximum, _):
+            let retries = max(attempt - 2, 0)
+            var delay = max(initial, .zero)
+            for _ in 0..<min(retries, 40) where delay < maximum {
+                delay = delay * 2
+            }
+            return min(delay, max(maximum, .zero))
+        }
+    }
+
+    /// The wait before attempt `attempt` (2 for the first retry), with jitter applied if asked for.
+    public func delay(beforeAttempt attempt: Int) -> Duration {
+        let bound = maximumDelay(beforeAttempt: attempt)
+        guard case .exponential(_, _, true) = self, bound > .zero else { return bound }
+        let (seconds, attoseconds) = bound.components
+        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let total = nanoseconds.overflow ? Int64.max : nanoseconds.partialValue &+ attoseconds / 1_000_000_000
+        return .nanoseconds(Int64.random(in: 0...max(total, 0)))
+    }
+}
+
+/// A job that makes attempts until one succeeds, up to a limit, waiting between them as its
+/// ``Backoff`` says.
+///
+/// ```swift
+/// let fetch = RetryJob(maxAttempts: 4, backoff: .exponential(initial: .milliseconds(100), maximum: .seconds(2))) { attempt in
+///     BlockJob { try client.fetch(page) }   // a fresh job for every attempt
+/// }
+/// queue.addJob(fetch)
+/// ```
+///
+/// Each attempt is a fresh job from `makeAttempt`, called with 1 for the first. The retry job holds
+/// one slot of its queue from its first attempt to its last, and starts each attempt itself (as
+/// ``Job/start()`` does), so an attempt counts in no queue's limit of its own: give `makeAttempt` a
+/// job that is on no queue, waits for nothing and has no exclusivity categories (give those to the
+/// retry job). Otherwise the retry job fails with ``JobError/Code/invalidAttempt`` and leaves that
+/// job alone.
+///
+/// After an attempt fails, the retry job makes another if it has attempts left and
+/// `shouldRetry(error)` returns `true`. Its ``Job/outcome`` is the last attempt's: succeeded, failed
+/// with the last error, or cancelled with the attempt's reason. Cancelling the retry job cancels the
+/// attempt in flight (with ``CancellationReason/Code/parentCancelled``) or the pending wait; its
+/// outcome is then `.cancelled` with its own reason.
+///
+/// `makeAttempt` and `shouldRetry` run with no lock held, on the thread that started the retry job
+/// or the one that saw the previous attempt finish; never two at once for one retry job.
+public final class RetryJob: Job, @unchecked Sendable {
+    // @unchecked Sendable: the settings are immutable and Sendable; `pending` and the closures are
+    // guarded by `engineLock` (and only read or changed while holding it).
+
+    /// The most attempts it makes, at least 1.
+    public let maxAttempts: Int
+    /// The wait between a failed attempt and the next.
+    public let backoff: Backoff
+
+    private var makeAttempt: (@Sendable (Int) -> Job)?
+    private var shouldRetry: (@Sendable (any Error) -> Bool)?
+    /// The attempt in flight, or the timer of the wait before the next one.
+    private var current: Job?
+    private var delayTimer: DispatchSourceTimer?
+    private var attemptsMade = 0
+    /// The queue that runs the retry job, for `JobQueue.current` inside later attempts.
+    private weak var runningQueue: JobQueue?
+
+    /// Creates a retry job. `maxAttempts` below 1 counts as 1.
+    public init(
+        maxAttempts: Int, backoff: Backoff = .none,
+        shouldRetry: @escaping @Sendable (any Error) -> Bool = { _ in true },
+        makeAttempt: @escaping @Sendable (Int) -> Job
+    ) {
+        self.maxAttempts = max(maxAttempts, 1)
+        self.backoff = backoff
+        self.makeAttempt = makeAttempt
+        self.shouldRetry = shouldRetry
+        super.init(finishesWhenExecuteReturns: false)
+    }
+
+    /// How many attempts it has made so far.
+    public var attemptCount: Int {
+        engineLock.withLock { attemptsMade }
+    }
+
+    public override func execute() {
+        let queue = JobQueue.current
+        engineLock.withLock { runningQueue = queue }
+        startAttempt(1)
+    }
+
+    public override func cancel() {
+        super.cancel()
+        engineLock.lock()
+        let attempt = current
+        let timer = delayTimer
+        delayTimer = nil
+        if timer != nil { current = nil }
+        engineLock.unlock()
+        if let timer {
+            // The wait was pending: no attempt is in flight, so the retry job ends now.
+            timer.cancel()
+            end()
+        } else if let attempt {
+            attempt.cancel(
+                reason: CancellationReason(code: .parentCancelled, detail: nil, responsibleJob: displayName))
+        }
+    }
+
+    override func _discardWorkLocked(_ actions: inout _Actions) {
+        actions.releaseAfterUnlocking(makeAttempt as Any)
+        actions.releaseAfterUnlocking(shouldRetry as Any)
+        makeAttempt = nil
+        shouldRetry = nil
+    }
+
+    // MARK: Attempts
+
+    /// Makes attempt `number` and starts it, unless the retry job was cancelled meanwhile.
+    private func startAttempt(_ number: Int) {
+        engineLock.lock()
+        let make = makeAttempt
+        let cancelled = _isCancelled
+        engineLock.unlock()
+        guard let make, !cancelled else { return end() }
+
+        let attempt = make(number)
+        let handler: @Sendable (JobEvent) -> Void = { [self] event in
+            if event == .finished { attemptFinished(attempt, number) }
+        }
+        // Checked and observed in one critical section: an attempt cancelled in between would
+        // otherwise finish unobserved, and the retry job with it never.
+        engineLock.lock()
+        if let problem = attempt._attemptProblemLocked() {
+            engineLock.unlock()
+            return end(failure: JobError(code: .invalidAttempt, jobs: [self, attempt], situation: problem))
+        }
+        _ = attempt._observeLocked(handler)
+        attemptsMade = number
+        current = attempt
+        let queue = runningQueue
+        let cancelledNow = _isCancelled
+        engineLock.unlock()
+        if cancelledNow {
+            // Cancelled while the attempt was made: it never runs; its `.finished` ends the retry job.
+            attempt.cancel(
+                reason: CancellationReason(code: .parentCancelled, detail: nil, responsibleJob: displayName))
+            return
+        }
+        _ThreadContext.withContext(queue: queue, job: nil) {
+            attempt.start()
+        }
+    }
+
+    /// Decides, once attempt `number` has finished, between ending and another attempt.
+    private func attemptFinished(_ attempt: Job, _ number: Int) {
+        engineLock.lock()
+        if current === attempt { current = nil }
+        let cancelled = _isCancelled
+        let retry = shouldRetry
+        engineLock.unlock()
+        switch attempt.outcome {
+        case .succeeded?, nil:
+            end()
+        case .cancelled(let reason)?:
+            // The retry job's own cancellation stands; an attempt cancelled on its own (by its time
+            // limit, say) gives the retry job its reason.
+            if !cancelled { cancel(reason: reason) }
+            end()
+        case .failed(let error)?:
+            guard !cancelled, number < maxAttempts, let retry, retry(error) else {
+                return end(failure: error)
+            }
+            scheduleAttempt(number + 1)
+        }
+    }
+
+    /// Starts attempt `number` after the backoff's wait, on a Dispatch thread: never inside the
+    /// previous attempt's delivery, so that many immediate failures do not deepen the stack.
+    private func scheduleAttempt(_ number: Int) {
+        let delay = backoff.delay(beforeAttempt: number)
+        let timer = DispatchSource.makeTimerSource(queue: .global(qos: qualityOfService))
+        timer.setEventHandler { [weak self] in
+            guard let self else { return timer.cancel() }
+            engineLock.lock()
+            let due = delayTimer.map { $0 as AnyObject } === timer as AnyObject
+            if due { delayTimer = nil }
+            engineLock.unlock()
+            timer.cancel()
+            if due { startAttempt(number) }
+        }
+        timer.schedule(deadline: .now() + _dispatchInterval(delay))
+        engineLock.lock()
+        let cancelled = _isCancelled
+        if !cancelled { delayTimer = timer }
+        engineLock.unlock()
+        if cancelled {
+            // Never armed: cancelled and activated so that it lets its handler go.
+            timer.cancel()
+            timer.activate()
+            return end()
+        }
+        timer.activate()
+    }
+
+    /// Finishes the retry job, releasing what it holds.
+    private func end(failure: (any Error)? = nil) {
+        engineLock.lock()
+        let released = (makeAttempt, shouldRetry)
+        makeAttempt = nil
+        shouldRetry = nil
+        current = nil
+        engineLock.unlock()
+        _ = released
+        _finish(failure: failure)
+    }
+}
+
+extension Job {
+    /// Why this job cannot be a ``RetryJob``'s attempt, or `nil` if it can: it must be on no queue,
+    /// not started or finished, wait for nothing, and have no exclusivity categories. Call with
+    /// `engineLock` held.
+    func _attemptProblemLocked() -> String? {
+        do {
+            if let queue = _queue?.takeUnretainedValue() {
+                return "belongs to queue '\(queue._displayNameLocked)'"
+            }
+            if _isExclusive {
+                return "has exclusivity categories (give them to the retry job, which holds them across its attempts)"
+            }
+            switch _state {
+            case .ready: return nil
+            case .pending: return "waits for \(_unfinishedDependenciesLocked)"
+            case .executing: return "has already started"
+            case .finished: return _isCancelled ? "was cancelled before it started" : "has already finished"
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+/// Runs a job's `async` body as a Swift `Task`: what ``TaskJob`` and ``ValueJob`` share.
+///
+/// The body is taken out when the task starts, so it (and whatever it captured) is released when
+/// it returns, before the job finishes and wakes its waiters; a job cancelled before it started
+/// releases it unrun (`discardLocked`). The runner records which task runs the body, so that a
+/// wait from inside the body for its own job or queue traps instead of hanging (see
+/// `bodyJobOfCurrentTaskLocked()`).
+// @unchecked Sendable: every mutable stored property is guarded by `engineLock`; `priority` is
+// immutable.
+final class _TaskRunner: @unchecked Sendable {
+    @exclusivity(unchecked) private var body: (@Sendable () async throws -> Void)?
+    @exclusivity(unchecked) private var task: Task<Void, Never>?
+    /// The task running the body, while it runs; compared, never used to reach the task. Cleared
+    /// before the task ends, so a stale identity can never match a later task.
+    @exclusivity(unchecked) private var bodyTask: UnsafeCurrentTask?
+    private let priority: TaskPriority?
+
+    /// The job whose body the current task (or a task it created) runs. Only a hint: an
+    /// unstructured `Task` created inside the body inherits it, so `bodyJobOfCurrentTaskLocked()`
+    /// also compares the task itself.
+    @TaskLocal private static var bodyJob: _WeakJob?
+
+    init(priority: TaskPriority?, _ body: @escaping @Sendable () async throws -> Void) {
+        self.body = body
+        self.priority = priority
+    }
+
+    /// The job whose body is running in the current task itself, if any; `nil` outside a task, in
+    /// other tasks, and in tasks the body created. Call with `engineLock` held.
+    static func bodyJobOfCurrentTaskLocked() -> Job? {
+        guard let job = bodyJob?.job, let bodyTask = job._taskRunner?.bodyTask else { return nil }
+        return withUnsafeCurrentTask { $0 == bodyTask } ? job : nil
+    }
+
+    /// Hands the un-run body to `actions`, to be released after unlocking.
+    func discardLocked(_ actions: inout _Actions) {
+        actions.releaseAfterUnlocking(body as Any)
+        body = nil
+    }
+
+    /// Starts the body in a task for `job`, which finishes when the body returns: failed if it
+    /// threw, cancelled if it threw `CancellationError`.
+    func start(_ job: Job) {
+        engineLock.lock()
+        let body = self.body
+        self.body = nil
+        engineLock.unlock()
+        guard let body else { return job._finish() }
+        let queue = JobQueue.current
+        let work = _TaskWork(body)
+        let task = Task(priority: priority) { [self] in
+            withUnsafeCurrentTask { task in
+                engineLock.withLock { bodyTask = task }
+            }
+            // Weak: a task the body creates inherits the task-local and may outlive the job.
+            let error = await _TaskRunner.$bodyJob.withValue(_WeakJob(job)) {
+                await _TaskRunner.run(work.take(), on: queue)
+            }
+            complete(job, with: error)
+        }
+        engineLock.lock()
+        // A body that already returned has finished the job: keep no handle to its task.
+        let executing = job._state == .executing
+        if executing {
+            self.task = task
+        }
+        let cancelled = executing && job._isCancelled
+        engineLock.unlock()
+        if cancelled {
+            task.cancel()
+        }
+    }
+
+    /// Cancels the task running the body, if there is one.
+    func cancelTask() {
+        let task = engineLock.withLock { self.task }
+        task?.cancel()
+    }
+
+    /// Runs `body` with `queue` as `JobQueue.current`; returns what it threw.
+    private static func run(_ body: (@Sendable () async throws -> Void)?, on queue: JobQueue?) async -> (any Error)? {
+        guard let body else { return nil }
+        do {
+            try await JobQueue.$_taskQueue.withValue(queue) { try await body() }
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    private func complete(_ job: Job, with error: (any Error)?) {
+        var actions = _Actions()
+        engineLock.lock()
+        task = nil
+        bodyTask = nil
+        // A thrown error fails the job; `CancellationError` cancels it (with the job's own reason
+        // if it was cancelled first). Only an executing job finishes: `execute()` called by hand
+        // on a job that is not executing runs the body but changes nothing.
+        if job._state == .executing {
+            job._finishLocked(failure: error, &actions)
+        }
+        actions.planWorkersLocked()
+        engineLock.unlock()
+        actions.perform()
+    }
+}
+
+/// Hands a body to its task, which takes it out exactly once.
+// @unchecked Sendable: `body` is written once, before the task is created, and read and cleared once,
+// by that task; task creation orders the two.
+private final class _TaskWork: @unchecked Sendable {
+    private var body: (@Sendable () async throws -> Void)?
+
+    init(_ body: @escaping @Sendable () async throws -> Void) {
+        self.body = body
+    }
+
+    func take() -> (@Sendable () async throws -> Void)? {
+        defer { body = nil }
+        return body
+    }
+}
+
+/// A weak reference to a job, for the task-local that names the job whose body a task runs.
+// @unchecked Sendable: `job` is set once, in `init`; loading a weak reference is thread-safe.
+private final class _WeakJob: @unchecked Sendable {
+    weak var job: Job?
+
+    init(_ job: Job) {
+        self.job = job
+    }
+}

@@ -1,0 +1,287 @@
+import Conductor
+import ConductorTestSupport
+import Dispatch
+import Testing
+
+// Conditions: evaluated after dependencies, concurrently, without a slot; a failure cancels with a
+// reason naming the condition; generated dependencies are shared (Docs/Composition.md,
+// "Conditions").
+
+private struct Refused: Error, CustomStringConvertible {
+    var description: String { "no network" }
+}
+
+/// A condition whose dependency is a given job (shared when two conditions return the same one).
+private struct NeedsLogin: JobCondition {
+    let login: Job
+    let evaluations: Counter
+    var name: String { "logged in" }
+    func dependency(for job: Job) -> Job? { login }
+    func evaluate(for job: Job) async throws -> Bool {
+        evaluations.increment()
+        return login.isFinished
+    }
+}
+
+private func succeeded(_ job: Job) -> Bool {
+    if case .succeeded? = job.outcome { true } else { false }
+}
+
+@Suite struct ConditionTests {
+    @Test func aConditionIsEvaluatedOnceAfterTheDependenciesHaveFinished() async throws {
+        let queue = JobQueue(name: "conditions")
+        let dependencyFinished = Flag()
+        let sawFinished = Log<Bool>()
+        let dependency = AsyncBlockJob { job in
+            DispatchQueue.global().async {
+                dependencyFinished.set()
+                job.finish()
+            }
+        }
+        let ran = Counter()
+        let job = BlockJob { ran.increment() }
+        try job.addDependency(dependency)
+        job.addCondition(
+            BlockCondition(name: "after") { _ in
+                sawFinished.append(dependencyFinished.value)
+                return true
+            })
+        queue.addJobs([job, dependency], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(sawFinished.values == [true])
+        #expect(ran.value == 1)
+        #expect(succeeded(job))
+    }
+
+    @Test func aConditionReturningFalseCancelsTheJobNamingItAndItsRequiredDependentsFollow() async throws {
+        let queue = JobQueue(name: "condition-false")
+        let ran = Counter()
+        let job = BlockJob { ran.increment() }
+        job.name = "upload"
+        job.addCondition(BlockCondition(name: "logged in") { _ in false })
+        let dependent = BlockJob { ran.increment() }
+        try dependent.addDependency(job, policy: .requireSuccess)
+        queue.addJobs([job, dependent], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(ran.value == 0)
+        #expect(job.cancellationReason?.code == .conditionFailed)
+        #expect(job.cancellationReason?.description == "conditionFailed: 'logged in' was not satisfied")
+        #expect(dependent.cancellationReason?.description == "dependencyCancelled: 'upload' was cancelled")
+    }
+
+    @Test func aConditionThatThrowsCancelsTheJobWithTheError() async {
+        let queue = JobQueue(name: "condition-throws")
+        let job = BlockJob {}
+        job.addCondition(BlockCondition(name: "online") { _ in throw Refused() })
+        queue.addJob(job)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(job.cancellationReason?.description == "conditionFailed: 'online' failed: no network")
+    }
+
+    @Test func aGeneratedDependencySharedByTwoJobsIsAddedToTheQueueAndRunsOnce() async {
+        let queue = JobQueue(name: "condition-generated")
+        let logins = Counter()
+        let login = BlockJob { logins.increment() }
+        let evaluations = Counter()
+        let ran = Log<String>()
+        let first = BlockJob { ran.append("first") }
+        let second = BlockJob { ran.append("second") }
+        for job in [first, second] {
+            job.addCondition(NeedsLogin(login: login, evaluations: evaluations))
+        }
+        #expect(first.dependencies.count == 1 && first.dependencies[0] === login)
+        queue.addJobs([first, second], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(logins.value == 1)
+        #expect(evaluations.value == 2)
+        #expect(ran.values.sorted() == ["first", "second"])
+        #expect(login.isFinished && succeeded(first) && succeeded(second))
+    }
+
+    @Test func aGeneratedDependencyAlreadyOnAQueueIsLeftThere() async {
+        let queue = JobQueue(name: "condition-generated-queued")
+        let other = JobQueue(name: "condition-login-queue", maxConcurrentJobCount: 0)
+        let login = BlockJob {}
+        other.addJob(login)
+        let job = BlockJob {}
+        job.addCondition(NeedsLogin(login: login, evaluations: Counter()))
+        queue.addJob(job)
+        #expect(queue.jobCount == 1)
+        #expect(job.state == .pending)
+        other.maxConcurrentJobCount = 1
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(succeeded(job))
+    }
+
+    @Test func whileConditionsAreEvaluatedTheJobHoldsNoSlot() async {
+        // Limit 1: the job whose condition waits must not keep the next job from running.
+        let queue = JobQueue(name: "condition-no-slot", maxConcurrentJobCount: 1)
+        let evaluating = Signal()
+        let gate = Signal()
+        let gated = BlockJob {}
+        gated.addCondition(
+            BlockCondition(name: "gate") { _ in
+                evaluating.fire()
+                await gate.wait()
+                return true
+            })
+        queue.addJob(gated)
+        await evaluating.wait()
+        #expect(gated.state == .pending)
+        let other = BlockJob {}
+        queue.addJob(other)
+        await other.waitUntilFinished()
+        #expect(gated.state == .pending)
+        gate.fire()
+        await gated.waitUntilFinished()
+        #expect(succeeded(gated))
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func severalConditionsAreEvaluatedConcurrently() async {
+        // Each condition waits until the other has started: evaluated one after the other, they
+        // would never return.
+        let queue = JobQueue(name: "condition-concurrent")
+        let aStarted = Signal()
+        let bStarted = Signal()
+        let job = BlockJob {}
+        job.addCondition(
+            BlockCondition(name: "a") { _ in
+                aStarted.fire()
+                await bStarted.wait()
+                return true
+            })
+        job.addCondition(
+            BlockCondition(name: "b") { _ in
+                bStarted.fire()
+                await aStarted.wait()
+                return true
+            })
+        queue.addJob(job)
+        await job.waitUntilFinished()
+        #expect(succeeded(job))
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aConditionThatNeverAnswersCanBeCancelled() async {
+        let queue = JobQueue(name: "condition-never")
+        let evaluating = Signal()
+        let sawCancellation = Signal()
+        let ran = Counter()
+        let job = BlockJob { ran.increment() }
+        job.addCondition(
+            BlockCondition(name: "never") { _ in
+                evaluating.fire()
+                do {
+                    try await Task.sleep(for: .seconds(3600))
+                } catch {
+                    sawCancellation.fire()
+                    throw error
+                }
+                return true
+            })
+        queue.addJob(job)
+        await evaluating.wait()
+        job.cancel(reason: CancellationReason(code: .requested, detail: "gave up"))
+        await queue.waitUntilAllJobsAreFinished()
+        await sawCancellation.wait()
+        #expect(ran.value == 0)
+        #expect(job.cancellationReason == CancellationReason(code: .requested, detail: "gave up"))
+    }
+
+    @Test func aConditionAddedWhileOthersAreEvaluatedIsEvaluatedToo() async {
+        let queue = JobQueue(name: "condition-added-late")
+        let evaluating = Signal()
+        let gate = Signal()
+        let ran = Counter()
+        let job = BlockJob { ran.increment() }
+        job.addCondition(
+            BlockCondition(name: "slow") { _ in
+                evaluating.fire()
+                await gate.wait()
+                return true
+            })
+        queue.addJob(job)
+        await evaluating.wait()
+        job.addCondition(BlockCondition(name: "late") { _ in false })
+        gate.fire()
+        await job.waitUntilFinished()
+        #expect(ran.value == 0)
+        #expect(job.cancellationReason?.description == "conditionFailed: 'late' was not satisfied")
+    }
+
+    @Test func aDependencyAddedWhileTheConditionsAreEvaluatedIsWaitedForAndTheyAreEvaluatedAgain() async throws {
+        let queue = JobQueue(name: "condition-dependency-late")
+        let other = JobQueue(name: "condition-dependency-queue")
+        other.isSuspended = true
+        let dependencyDone = Flag()
+        let dependency = BlockJob { dependencyDone.set() }
+        let sawDependencyDone = Log<Bool>()
+        let evaluating = Signal()
+        let gate = Signal()
+        let job = BlockJob {}
+        job.addCondition(
+            BlockCondition(name: "after") { _ in
+                sawDependencyDone.append(dependencyDone.value)
+                if sawDependencyDone.count == 1 {
+                    evaluating.fire()
+                    await gate.wait()
+                }
+                return true
+            })
+        queue.addJob(job)
+        await evaluating.wait()
+        try job.addDependency(dependency)
+        other.addJob(dependency)
+        gate.fire()
+        other.isSuspended = false
+        await job.waitUntilFinished()
+        #expect(sawDependencyDone.values == [false, true])
+        #expect(succeeded(job))
+    }
+
+    @Test func aConditionAddedToAReadyJobOnASuspendedQueueMakesItWaitAgain() async {
+        let queue = JobQueue(name: "condition-late")
+        queue.isSuspended = true
+        let ran = Counter()
+        let job = BlockJob { ran.increment() }
+        queue.addJob(job)
+        #expect(job.state == .ready)
+        job.addCondition(BlockCondition(name: "late") { _ in false })
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(ran.value == 0)
+        #expect(job.cancellationReason?.code == .conditionFailed)
+    }
+
+    @Test func aConditionOnACancelledJobDoesNothing() {
+        let job = BlockJob {}
+        job.cancel()
+        job.addCondition(BlockCondition(name: "ignored") { _ in true })
+        #expect(job.isFinished && job.cancellationReason?.code == .requested)
+    }
+
+    @Test func aJobLetsGoOfItsConditionsWhenItFinishes() async {
+        // The condition captures its job (a cycle) and a canary. The job runs on a serial worker,
+        // so once that worker is drained, the thread that finished the job has let go of what it
+        // released. (The job itself may still be held for a moment by the task that evaluated its
+        // conditions, so only the canary is checked.)
+        final class Canary: Sendable {}
+        let (queue, worker) = makeJobQueueOnSerialWorker("condition-freed")
+        let canary: WeakReference<Canary> = {
+            let job = BlockJob {}
+            let canary = Canary()
+            let captured = Locked<Job?>(job)
+            job.addCondition(
+                BlockCondition(name: "captures") { _ in
+                    _ = canary
+                    return captured.withLock { $0 } != nil
+                })
+            queue.addJob(job)
+            return WeakReference(canary)
+        }()
+        await queue.waitUntilAllJobsAreFinished()
+        await drainSerialQueue(worker)
+        #expect(canary.object == nil)
+    }
+}

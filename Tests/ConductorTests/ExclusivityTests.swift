@@ -1,0 +1,311 @@
+import Conductor
+import ConductorTestSupport
+import Dispatch
+import Testing
+
+// Mutual exclusivity (Docs/Composition.md, "Mutual exclusivity"): categories granted with the slot,
+// all or nothing, first come first served, never held while waiting for a slot.
+
+/// Counts, per category, the jobs executing in it, and records any moment with more than one.
+private final class CategoryGuard: Sendable {
+    private let inside: [String: Counter]
+    let violations = Log<String>()
+
+    init(_ names: [String]) {
+        var inside: [String: Counter] = [:]
+        for name in names { inside[name] = Counter() }
+        self.inside = inside
+    }
+
+    func enter(_ names: Set<String>, _ job: String) {
+        for name in names {
+            let now = inside[name]!.increment()
+            if now > 1 { violations.append("\(job): \(now) jobs in '\(name)'") }
+        }
+    }
+
+    func leave(_ names: Set<String>) {
+        for name in names { inside[name]!.decrement() }
+    }
+}
+
+/// An asynchronous job that ends only when `gate` is opened.
+private func heldJob(_ name: String, categories: Set<String>, gate: Signal, started: Signal) -> Job {
+    let job = AsyncBlockJob { job in
+        started.fire()
+        Task {
+            await gate.wait()
+            job.finish()
+        }
+    }
+    job.name = name
+    job.exclusivityCategories = categories
+    return job
+}
+
+@Suite struct ExclusivityTests {
+    @Test func jobsOfOneCategoryNeverOverlapOnAWideQueue() async {
+        let queue = JobQueue(name: "exclusive", maxConcurrentJobCount: 8)
+        let guardian = CategoryGuard(["t1-db"])
+        let others = InFlight()
+        for index in 0..<400 {
+            let categories: Set<String> = index % 2 == 0 ? ["t1-db"] : []
+            let job = BlockJob {
+                if categories.isEmpty { others.enter() }
+                guardian.enter(categories, "job\(index)")
+                guardian.leave(categories)
+                if categories.isEmpty { others.leave() }
+            }
+            job.exclusivityCategories = categories
+            queue.addJob(job)
+        }
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(guardian.violations.values.isEmpty)
+        #expect(others.starts == 200)
+        #expect(JobQueue._exclusivityCategoriesInUse(among: ["t1-db"]) == 0)
+    }
+
+    @Test func aJobWaitingForItsCategoryGivesItsSlotToOtherWork() async {
+        // Limit 1: `waiting` is claimed, finds "x" held (on another queue), and waits in line
+        // without the slot, so `other` runs.
+        let holderQueue = JobQueue(name: "holder")
+        let queue = JobQueue(name: "limit-1", maxConcurrentJobCount: 1)
+        let gate = Signal()
+        let started = Signal()
+        holderQueue.addJob(heldJob("holder", categories: ["t2-x"], gate: gate, started: started))
+        await started.wait()
+        let ran = Log<String>()
+        let waiting = BlockJob { ran.append("waiting") }
+        waiting.exclusivityCategories = ["t2-x"]
+        let other = BlockJob { ran.append("other") }
+        queue.addJobs([waiting, other], waitUntilFinished: false)
+        await other.waitUntilFinished()
+        #expect(ran.values == ["other"])
+        #expect(waiting.state == .pending)
+        gate.fire()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(ran.values == ["other", "waiting"])
+    }
+
+    @Test func noJobHoldsACategoryWhileItWaitsForASlot() async {
+        // `blocked` is on a full queue: it has not been claimed, so it holds nothing, and
+        // `elsewhere`, of the same category on another queue, runs.
+        let full = JobQueue(name: "full", maxConcurrentJobCount: 1)
+        let free = JobQueue(name: "free")
+        let gate = Signal()
+        let started = Signal()
+        full.addJob(heldJob("occupant", categories: [], gate: gate, started: started))
+        await started.wait()
+        let blocked = BlockJob {}
+        blocked.exclusivityCategories = ["t3-x"]
+        full.addJob(blocked)
+        let elsewhere = BlockJob {}
+        elsewhere.exclusivityCategories = ["t3-x"]
+        free.addJob(elsewhere)
+        await elsewhere.waitUntilFinished()
+        #expect(blocked.state == .ready)
+        gate.fire()
+        await full.waitUntilAllJobsAreFinished()
+    }
+
+    @Test func firstComeFirstServedAndTheFirstKeepsItsPlaceUntilItsQueueClaimsIt() async {
+        // "x" is held. `first`, then `second` are claimed and wait in line. The holder finishes
+        // while `first`'s queue is suspended: `first` is ready again, first in line, and keeps its
+        // place, so `third`, claimed after that on a free queue, waits although "x" is free. Once
+        // `first`'s queue resumes, they run in order.
+        let holderQueue = JobQueue(name: "holder")
+        let gate = Signal()
+        let started = Signal()
+        holderQueue.addJob(heldJob("holder", categories: ["t4-x"], gate: gate, started: started))
+        await started.wait()
+
+        let order = Log<String>()
+        var workers: [DispatchQueue] = []
+        func contender(_ name: String) -> (JobQueue, Job) {
+            let (queue, worker) = makeJobQueueOnSerialWorker(name)
+            workers.append(worker)
+            let job = BlockJob { order.append(name) }
+            job.name = name
+            job.exclusivityCategories = ["t4-x"]
+            return (queue, job)
+        }
+        let (firstQueue, first) = contender("first")
+        let (secondQueue, second) = contender("second")
+        let (thirdQueue, third) = contender("third")
+        firstQueue.addJob(first)
+        await drainSerialQueue(workers[0])
+        secondQueue.addJob(second)
+        await drainSerialQueue(workers[1])
+        #expect(first.state == .pending && second.state == .pending)
+
+        firstQueue.isSuspended = true
+        gate.fire()
+        await holderQueue.waitUntilAllJobsAreFinished()
+        #expect(first.state == .ready)
+        thirdQueue.addJob(third)
+        await drainSerialQueue(workers[2])
+        #expect(third.state == .pending)
+        #expect(order.values.isEmpty)
+
+        firstQueue.isSuspended = false
+        for queue in [firstQueue, secondQueue, thirdQueue] { await queue.waitUntilAllJobsAreFinished() }
+        #expect(order.values == ["first", "second", "third"])
+    }
+
+    @Test func categoriesInEveryOrderDoNotDeadlock() async {
+        // Dining philosophers: five categories in a ring, each job takes two neighbours, named in
+        // either order, over two queues, many times over.
+        let names = ["t5-a", "t5-b", "t5-c", "t5-d", "t5-e"]
+        let guardian = CategoryGuard(names)
+        let queues = [JobQueue(name: "ring-1", maxConcurrentJobCount: 4), JobQueue(name: "ring-2")]
+        for index in 0..<2_000 {
+            let left = names[index % 5]
+            let right = names[(index + 1) % 5]
+            let categories: Set<String> = [left, right]
+            let job = AsyncBlockJob { job in
+                guardian.enter(categories, "job\(index)")
+                DispatchQueue.global().async {
+                    guardian.leave(categories)
+                    job.finish()
+                }
+            }
+            job.exclusivityCategories = categories
+            queues[index % 2].addJob(job)
+        }
+        for queue in queues { await queue.waitUntilAllJobsAreFinished() }
+        #expect(guardian.violations.values.isEmpty)
+        #expect(JobQueue._exclusivityCategoriesInUse(among: names) == 0)
+    }
+
+    @Test func aJobCancelledInLineLeavesItAndIsFreed() async {
+        let holderQueue = JobQueue(name: "holder")
+        let gate = Signal()
+        let started = Signal()
+        holderQueue.addJob(heldJob("holder", categories: ["t6-x"], gate: gate, started: started))
+        await started.wait()
+        let (queue, worker) = makeJobQueueOnSerialWorker("in-line")
+        let ran = Log<String>()
+        let cancelled: WeakReference<Job> = {
+            let job = BlockJob { ran.append("cancelled") }
+            job.exclusivityCategories = ["t6-x"]
+            queue.addJob(job)
+            return WeakReference(job)
+        }()
+        let next = BlockJob { ran.append("next") }
+        next.exclusivityCategories = ["t6-x"]
+        queue.addJob(next)
+        await drainSerialQueue(worker)
+        cancelled.object?.cancel()
+        gate.fire()
+        await queue.waitUntilAllJobsAreFinished()
+        await drainSerialQueue(worker)
+        #expect(ran.values == ["next"])
+        #expect(cancelled.object == nil)
+        #expect(JobQueue._exclusivityCategoriesInUse(among: ["t6-x"]) == 0)
+    }
+
+    @Test func aJobInLineThatGainsADependencyLeavesTheLine() async throws {
+        // Were `waiting` to keep its place while it waits for `dependency`, which needs "x" too,
+        // neither could ever run.
+        let holderQueue = JobQueue(name: "holder")
+        let gate = Signal()
+        let started = Signal()
+        holderQueue.addJob(heldJob("holder", categories: ["t7-x"], gate: gate, started: started))
+        await started.wait()
+        let (queue, worker) = makeJobQueueOnSerialWorker("gains-dependency")
+        let order = Log<String>()
+        let waiting = BlockJob { order.append("waiting") }
+        waiting.exclusivityCategories = ["t7-x"]
+        queue.addJob(waiting)
+        await drainSerialQueue(worker)
+        #expect(waiting.state == .pending)
+        let dependency = BlockJob { order.append("dependency") }
+        dependency.exclusivityCategories = ["t7-x"]
+        try waiting.addDependency(dependency)
+        queue.addJob(dependency)
+        gate.fire()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(order.values == ["dependency", "waiting"])
+    }
+
+    @Test func aJobProducedByARunningJobOfTheSameCategoryAsAJobWaitingOnTheProducer() async throws {
+        // PK #364: with categories taken at enqueue, `produced` would queue behind `waiter`, which
+        // waits for `producer`, whose group waits for `produced`. Here categories are taken at
+        // claim: `produced` waits in line until `producer` lets "t9-x" go, then both run.
+        let queue = JobQueue(name: "produced-exclusive")
+        let order = Log<String>()
+        let box = Locked<Job?>(nil)
+        let producer = BlockJob {
+            order.append("producer")
+            let produced = BlockJob { order.append("produced") }
+            produced.exclusivityCategories = ["t9-x"]
+            box.withLock { $0 }!.produce(produced)
+        }
+        producer.exclusivityCategories = ["t9-x"]
+        box.withLock { $0 = producer }
+        let waiter = BlockJob { order.append("waiter") }
+        waiter.exclusivityCategories = ["t9-x"]
+        try waiter.addDependency(producer)
+        let group = GroupJob(name: "producing", jobs: [producer, waiter])
+        queue.addJob(group)
+        await group.waitUntilFinished()
+        box.withLock { $0 = nil }
+        #expect(order.values.first == "producer")
+        #expect(order.values.sorted() == ["produced", "producer", "waiter"])
+        #expect(JobQueue._exclusivityCategoriesInUse(among: ["t9-x"]) == 0)
+    }
+
+    @Test func randomGraphsOverThreeQueuesNeverOverlapAndDrain() async throws {
+        let seed = SeededRandom.runSeed
+        var random = SeededRandom(seed: seed, stream: 0xE8C1)
+        let names = ["t8-c0", "t8-c1", "t8-c2", "t8-c3", "t8-c4", "t8-c5"]
+        let guardian = CategoryGuard(names)
+        let queues = (0..<3).map { JobQueue(name: "random-\($0)", maxConcurrentJobCount: 1 + $0 * 2) }
+        var jobs: [Job] = []
+        let ran = Counter()
+        for index in 0..<3_000 {
+            var drawn: Set<String> = []
+            for _ in 0..<random.int(in: 0...3) { drawn.insert(names[random.int(names.count)]) }
+            let categories = drawn
+            let later = random.chance(0.3)
+            let job: Job
+            if later {
+                job = AsyncBlockJob { job in
+                    guardian.enter(categories, "job\(index)")
+                    DispatchQueue.global().async {
+                        guardian.leave(categories)
+                        ran.increment()
+                        job.finish()
+                    }
+                }
+            } else {
+                job = BlockJob {
+                    guardian.enter(categories, "job\(index)")
+                    guardian.leave(categories)
+                    ran.increment()
+                }
+            }
+            job.exclusivityCategories = categories
+            for _ in 0..<random.int(in: 0...2) where !jobs.isEmpty {
+                try job.addDependency(jobs[random.int(jobs.count)])
+            }
+            jobs.append(job)
+        }
+        var cancelled = 0
+        for (index, job) in jobs.enumerated() {
+            queues[index % 3].addJob(job)
+            if random.chance(0.02) {
+                jobs[random.int(index + 1)].cancel()
+                cancelled += 1
+            }
+        }
+        for queue in queues { await queue.waitUntilAllJobsAreFinished() }
+        #expect(
+            guardian.violations.values.isEmpty,
+            "\(guardian.violations.values.prefix(5)) — \(SeededRandom.describe(seed))")
+        #expect(jobs.allSatisfy { $0.isFinished })
+        // Work that ran: every job not cancelled, and some cancelled while they ran.
+        #expect(ran.value >= jobs.count { !$0.isCancelled } && ran.value <= jobs.count)
+        #expect(JobQueue._exclusivityCategoriesInUse(among: names) == 0)
+    }
+}

@@ -1,0 +1,253 @@
+import Conductor
+import ConductorTestSupport
+import Dispatch
+import Testing
+
+// GroupJob and Job.produce(_:) (Docs/Composition.md, "Groups and produced jobs").
+
+private struct ChildError: Error, CustomStringConvertible {
+    let label: String
+    var description: String { label }
+}
+
+private func failing(_ label: String) -> Job {
+    let job = ProbeJob { _ in throw ChildError(label: label) }
+    job.name = label
+    return job
+}
+
+private func succeeded(_ job: Job) -> Bool {
+    if case .succeeded? = job.outcome { true } else { false }
+}
+
+@Suite struct GroupJobTests {
+    @Test func childrenRunWithTheGroupsLimitOnceItStartsAndItFinishesAfterAllOfThem() async throws {
+        let queue = JobQueue(name: "groups")
+        let inFlight = InFlight()
+        let children = (0..<20).map { _ in
+            AsyncBlockJob { job in
+                inFlight.enter()
+                DispatchQueue.global().async {
+                    inFlight.leave()
+                    job.finish()
+                }
+            }
+        }
+        let group = GroupJob(name: "batch", maxConcurrentJobCount: 2, jobs: children)
+        let after = BlockJob {}
+        try after.addDependency(group, policy: .requireSuccess)
+        queue.isSuspended = true
+        queue.addJobs([group, after], waitUntilFinished: false)
+        #expect(inFlight.starts == 0)  // nothing runs before the group starts
+        queue.isSuspended = false
+        await group.waitUntilFinished()
+        #expect(children.allSatisfy { $0.isFinished })
+        #expect(inFlight.starts == 20 && inFlight.maximum <= 2)
+        #expect(succeeded(group))
+        await after.waitUntilFinished()
+        #expect(succeeded(after))
+    }
+
+    @Test func aGroupWithNoChildrenFinishesWhenItStarts() async {
+        let queue = JobQueue(name: "empty-group")
+        let group = GroupJob()
+        queue.addJob(group)
+        await group.waitUntilFinished()
+        #expect(succeeded(group))
+    }
+
+    @Test func failuresAreAggregatedAndAChildCancelledOnItsOwnDoesNotFailTheGroup() async {
+        let queue = JobQueue(name: "failing-group")
+        let cancelledChild = BlockJob {}
+        cancelledChild.cancel()
+        let group = GroupJob(
+            name: "g", jobs: [failing("a"), BlockJob {}, failing("b"), cancelledChild, failing("c")])
+        queue.addJob(group)
+        await group.waitUntilFinished()
+        guard case .failed(let error as GroupFailure)? = group.outcome else {
+            Issue.record("outcome \(String(describing: group.outcome))")
+            return
+        }
+        #expect(error.failures.map(\.job).sorted() == ["a", "b", "c"])
+        #expect(error.description.hasPrefix("'g': 3 children failed: "))
+
+        let cancelledAlone = BlockJob {}
+        cancelledAlone.cancel()
+        let quiet = GroupJob(name: "quiet", jobs: [BlockJob {}, cancelledAlone])
+        queue.addJob(quiet)
+        await quiet.waitUntilFinished()
+        #expect(succeeded(quiet))
+    }
+
+    @Test func cancellingTheGroupRecordsItsReasonThenCancelsItsChildren() async {
+        // Limit 1: `waiting` must not start in the moment between `blocker`'s cancellation (which
+        // finishes it and frees the slot) and its own; 20 rounds, since a slip is a race.
+        for round in 0..<20 {
+            let queue = JobQueue(name: "cancel-group-\(round)")
+            let started = Signal()
+            let blocker = AsyncBlockJob { job in
+                job.observe { if $0 == .cancelled { job.finish() } }
+                if job.isCancelled { job.finish() }
+                started.fire()
+            }
+            let ran = Counter()
+            let waiting = BlockJob { ran.increment() }
+            let group = GroupJob(name: "parent", maxConcurrentJobCount: 1, jobs: [blocker, waiting])
+            queue.addJob(group)
+            await started.wait()
+            group.cancel(reason: CancellationReason(code: .requested, detail: "stop"))
+            await group.waitUntilFinished()
+            #expect(group.cancellationReason == CancellationReason(code: .requested, detail: "stop"))
+            for child in [blocker, waiting] {
+                #expect(child.cancellationReason?.description == "parentCancelled: 'parent' was cancelled")
+            }
+            #expect(ran.value == 0)
+            let late = BlockJob {}
+            group.addChild(late)
+            #expect(late.isFinished && late.cancellationReason?.code == .parentCancelled)
+        }
+    }
+
+    @Test func aGroupCancelledBeforeItStartsCancelsItsChildren() async {
+        let queue = JobQueue(name: "cancel-group-early")
+        queue.isSuspended = true
+        let ran = Counter()
+        let child = BlockJob { ran.increment() }
+        let group = GroupJob(jobs: [child])
+        queue.addJob(group)
+        group.cancel()
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        await child.waitUntilFinished()
+        #expect(ran.value == 0 && child.cancellationReason?.code == .parentCancelled)
+    }
+
+    @Test func groupsNestThreeDeepWithTenThousandChildren() async {
+        let queue = JobQueue(name: "nested")
+        let ran = Counter()
+        let inner = (0..<10).map { _ in
+            GroupJob(jobs: (0..<10).map { _ in GroupJob(jobs: (0..<100).map { _ in BlockJob { ran.increment() } }) })
+        }
+        let outer = GroupJob(name: "outer", jobs: inner)
+        queue.addJob(outer)
+        await outer.waitUntilFinished()
+        #expect(ran.value == 10_000)
+        #expect(succeeded(outer))
+        #expect(inner.allSatisfy { $0.isFinished })
+    }
+
+    @Test func producedJobsJoinTheGroupAndTheGroupWaitsForThem() async {
+        let queue = JobQueue(name: "produce")
+        let produced = Log<String>()
+        let producer = BlockJob {}
+        let group = GroupJob(name: "producing")
+        let box = Locked<Job?>(nil)
+        let child = BlockJob {
+            let me = box.withLock { $0 }!
+            for index in 0..<3 {
+                me.produce(
+                    AsyncBlockJob { job in
+                        DispatchQueue.global().async {
+                            produced.append("p\(index)")
+                            job.finish()
+                        }
+                    })
+            }
+        }
+        box.withLock { $0 = child }
+        group.addChild(child)
+        group.addChild(producer)
+        queue.addJob(group)
+        await group.waitUntilFinished()
+        #expect(produced.values.sorted() == ["p0", "p1", "p2"])
+        box.withLock { $0 = nil }
+    }
+
+    @Test func aJobOnAQueueProducesOntoItsQueue() async {
+        let queue = JobQueue(name: "produce-queue")
+        let ran = Signal()
+        let box = Locked<Job?>(nil)
+        let producer = BlockJob {
+            box.withLock { $0 }!.produce(BlockJob { ran.fire() })
+        }
+        box.withLock { $0 = producer }
+        queue.addJob(producer)
+        await ran.wait()
+        await queue.waitUntilAllJobsAreFinished()
+        box.withLock { $0 = nil }
+    }
+
+    @Test func cancellationRacingChildrenThatProduceEndsOnceWithEveryJobFinished() async {
+        for round in 0..<20 {
+            let queue = JobQueue(name: "race-\(round)")
+            let group = GroupJob(name: "racing", maxConcurrentJobCount: 4)
+            let all = Log<Job>()
+            let halfway = Signal()
+            let started = Counter()
+            for _ in 0..<50 {
+                let box = Locked<Job?>(nil)
+                let child = BlockJob {
+                    if started.increment() == 25 { halfway.fire() }
+                    guard let me = box.withLock({ $0 }) else { return }
+                    for _ in 0..<2 {
+                        let extra = BlockJob {}
+                        all.append(extra)
+                        me.produce(extra)
+                    }
+                    box.withLock { $0 = nil }
+                }
+                box.withLock { $0 = child }
+                all.append(child)
+                group.addChild(child)
+            }
+            // Ends only when cancelled, so that the group is still running when the cancel comes.
+            let holdout = AsyncBlockJob { job in
+                job.observe { if $0 == .cancelled { job.finish() } }
+                if job.isCancelled { job.finish() }
+            }
+            all.append(holdout)
+            group.addChild(holdout)
+            let finishedEvents = Counter()
+            group.observe { if $0 == .finished { finishedEvents.increment() } }
+            queue.addJob(group)
+            await halfway.wait()
+            group.cancel()
+            await group.waitUntilFinished()
+            await queue.waitUntilAllJobsAreFinished()
+            #expect(finishedEvents.value == 1)
+            #expect(group.cancellationReason?.code == .requested)
+            #expect(all.values.allSatisfy { $0.isFinished })
+        }
+    }
+
+    @Test func aGroupAndItsChildInTheSameCategoryDoNotDeadlock() async {
+        // PK #486: the child would wait forever for the category its running parent holds.
+        let queue = JobQueue(name: "group-exclusive")
+        let ran = Counter()
+        let child = BlockJob { ran.increment() }
+        child.exclusivityCategories = ["group-printer"]
+        let inner = GroupJob(jobs: [child])
+        let group = GroupJob(jobs: [inner])
+        group.exclusivityCategories = ["group-printer"]
+        let outsider = BlockJob { ran.increment() }
+        outsider.exclusivityCategories = ["group-printer"]
+        queue.addJobs([group, outsider], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(ran.value == 2)
+        #expect(JobQueue._exclusivityCategoriesInUse(among: ["group-printer"]) == 0)
+    }
+
+    @Test func aFinishedGroupIsFreedWithItsChildren() async {
+        let (queue, worker) = makeJobQueueOnSerialWorker("group-freed")
+        let (group, child): (WeakReference<GroupJob>, WeakReference<Job>) = {
+            let child = BlockJob {}
+            let group = GroupJob(jobs: [child])
+            queue.addJob(group)
+            return (WeakReference(group), WeakReference(child))
+        }()
+        await queue.waitUntilAllJobsAreFinished()
+        await drainSerialQueue(worker)
+        #expect(group.object == nil)
+        #expect(child.object == nil)
+    }
+}

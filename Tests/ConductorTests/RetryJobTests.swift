@@ -1,0 +1,288 @@
+import Conductor
+import ConductorTestSupport
+import Dispatch
+import Testing
+
+// RetryJob and Backoff (Docs/Composition.md, "Retry"). Delays are never timed: a test either uses
+// no wait, or a wait so long that only a cancellation can end it, and counts attempts.
+
+private struct Flaky: Error, Equatable {
+    let attempt: Int
+}
+
+/// An attempt that fails with `Flaky(attempt:)` unless `succeeds`.
+private func attempt(_ number: Int, succeeds: Bool, made: Log<Int>) -> Job {
+    made.append(number)
+    let job = ProbeJob { _ in
+        if !succeeds { throw Flaky(attempt: number) }
+    }
+    job.name = "attempt \(number)"
+    return job
+}
+
+private func failure(of job: Job) -> Flaky? {
+    if case .failed(let error)? = job.outcome { error as? Flaky } else { nil }
+}
+
+/// The `JobError` `job` failed with, or `nil` (recording an issue) if it did not fail with one.
+private func jobError(of job: Job) -> JobError? {
+    guard case .failed(let error as JobError)? = job.outcome else {
+        Issue.record("outcome \(String(describing: job.outcome))")
+        return nil
+    }
+    return error
+}
+
+@Suite struct RetryJobTests {
+    @Test func twoFailuresThenASuccessSucceedAfterExactlyThreeAttempts() async {
+        let queue = JobQueue(name: "retry")
+        let made = Log<Int>()
+        let retry = RetryJob(maxAttempts: 5) { number in attempt(number, succeeds: number == 3, made: made) }
+        queue.addJob(retry)
+        await retry.waitUntilFinished()
+        #expect(made.values == [1, 2, 3])
+        #expect(retry.attemptCount == 3)
+        if case .succeeded? = retry.outcome {} else { Issue.record("outcome \(String(describing: retry.outcome))") }
+    }
+
+    @Test func shouldRetryReturningFalseStopsAtOnceWithThatFailure() async {
+        let queue = JobQueue(name: "retry-stop")
+        let made = Log<Int>()
+        let asked = Log<Int>()
+        let retry = RetryJob(
+            maxAttempts: 5,
+            shouldRetry: { error in
+                asked.append((error as? Flaky)?.attempt ?? -1)
+                return false
+            }
+        ) { number in attempt(number, succeeds: false, made: made) }
+        queue.addJob(retry)
+        await retry.waitUntilFinished()
+        #expect(made.values == [1])
+        #expect(asked.values == [1])
+        #expect(failure(of: retry) == Flaky(attempt: 1))
+    }
+
+    @Test func whenEveryAttemptFailsTheOutcomeIsTheLastFailure() async {
+        let queue = JobQueue(name: "retry-exhausted")
+        let made = Log<Int>()
+        let retry = RetryJob(maxAttempts: 4) { number in attempt(number, succeeds: false, made: made) }
+        let dependent = BlockJob {}
+        try? dependent.addDependency(retry, policy: .requireSuccess)
+        queue.addJobs([retry, dependent], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(made.values == [1, 2, 3, 4])
+        #expect(failure(of: retry) == Flaky(attempt: 4))
+        #expect(dependent.cancellationReason?.code == .dependencyFailed)
+    }
+
+    @Test func aWaitBetweenAttemptsIsHonouredAndCancellingEndsIt() async {
+        // Attempt 1 fails, and the retry job waits an hour before attempt 2. The attempt's
+        // completion block runs after its `.finished` observers, the retry job's among them, so by
+        // then the wait is scheduled: no second attempt may have been made, and the retry job is
+        // still executing. Cancelling ends the wait, and the retry job, at once.
+        let queue = JobQueue(name: "retry-wait")
+        let made = Log<Int>()
+        let firstSettled = Signal()
+        let retry = RetryJob(maxAttempts: 3, backoff: .constant(.seconds(3600))) { number in
+            let job = attempt(number, succeeds: false, made: made)
+            job.completionBlock = { firstSettled.fire() }
+            return job
+        }
+        queue.addJob(retry)
+        await firstSettled.wait()
+        #expect(made.values == [1])
+        #expect(retry.state == .executing)
+        retry.cancel()
+        await retry.waitUntilFinished()
+        #expect(made.values == [1])
+        #expect(retry.attemptCount == 1)
+        #expect(retry.cancellationReason == CancellationReason(code: .requested))
+        #expect(queue.jobCount == 0)
+    }
+
+    @Test func cancellingTheRetryJobCancelsTheAttemptInFlight() async {
+        let queue = JobQueue(name: "retry-cancel")
+        let started = Signal()
+        let attemptRef = Locked<Job?>(nil)
+        let retry = RetryJob(maxAttempts: 3) { _ in
+            // Ends only when cancelled.
+            let job = AsyncBlockJob { job in
+                job.observe { event in if event == .cancelled { job.finish() } }
+                if job.isCancelled { job.finish() }
+                started.fire()
+            }
+            attemptRef.withLock { $0 = job }
+            return job
+        }
+        retry.name = "retrier"
+        queue.addJob(retry)
+        await started.wait()
+        retry.cancel(reason: CancellationReason(code: .requested, detail: "stop"))
+        await retry.waitUntilFinished()
+        let inFlight = attemptRef.withLock { $0 }
+        #expect(inFlight?.cancellationReason?.code == .parentCancelled)
+        #expect(inFlight?.cancellationReason?.description == "parentCancelled: 'retrier' was cancelled")
+        #expect(retry.cancellationReason == CancellationReason(code: .requested, detail: "stop"))
+        #expect(retry.attemptCount == 1)
+    }
+
+    @Test func anAttemptCancelledOnItsOwnGivesTheRetryJobItsReason() async {
+        // The attempt honours cancellation and runs out of time; it is not retried.
+        let queue = JobQueue(name: "retry-timeout")
+        let made = Log<Int>()
+        let retry = RetryJob(maxAttempts: 3) { number in
+            made.append(number)
+            let job = AsyncBlockJob { job in
+                job.observe { event in if event == .cancelled { job.finish() } }
+                if job.isCancelled { job.finish() }
+            }
+            job.timeout = .milliseconds(1)
+            return job
+        }
+        queue.addJob(retry)
+        await retry.waitUntilFinished()
+        #expect(made.values == [1])
+        #expect(retry.cancellationReason?.code == .timedOut)
+    }
+
+    @Test func attemptsRunInTheRetryJobsSlotSoALimitOneQueueCannotDeadlock() async {
+        // Were attempts added to the queue, the first would wait for the slot the retry job holds.
+        let queue = JobQueue(name: "retry-limit-1", maxConcurrentJobCount: 1)
+        let made = Log<Int>()
+        let sawQueue = Log<Bool>()
+        let retry = RetryJob(maxAttempts: 3) { number in
+            made.append(number)
+            return ProbeJob { _ in
+                sawQueue.append(JobQueue.current === queue)
+                if number < 3 { throw Flaky(attempt: number) }
+            }
+        }
+        let after = BlockJob {}
+        try? after.addDependency(retry)
+        queue.addJobs([retry, after], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(made.values == [1, 2, 3])
+        #expect(sawQueue.values == [true, true, true])
+        #expect(after.outcome.map { if case .succeeded = $0 { true } else { false } } == true)
+    }
+
+    @Test func anAttemptThatCannotBeStartedFailsTheRetryJobAndIsLeftAlone() async throws {
+        let queue = JobQueue(name: "retry-invalid")
+        let elsewhere = JobQueue(name: "elsewhere", maxConcurrentJobCount: 0)
+        let ran = Counter()
+        let queued = BlockJob { ran.increment() }
+        queued.name = "queued"
+        elsewhere.addJob(queued)
+        let retry = RetryJob(maxAttempts: 3) { _ in queued }
+        retry.name = "retrier"
+        queue.addJob(retry)
+        await retry.waitUntilFinished()
+        guard let error = jobError(of: retry) else { return }
+        #expect(error.code == .invalidAttempt)
+        #expect(
+            error.description
+                == "JobError.invalidAttempt: 'retrier' cannot start its attempt 'queued', which belongs to queue 'elsewhere'; return a new job that is on no queue and waits for nothing"
+        )
+        elsewhere.maxConcurrentJobCount = 1
+        await elsewhere.waitUntilAllJobsAreFinished()
+        #expect(ran.value == 1)
+    }
+
+    @Test func anAttemptWithExclusivityCategoriesIsRefused() async {
+        let queue = JobQueue(name: "retry-exclusive")
+        let retry = RetryJob(maxAttempts: 2) { _ in
+            let job = BlockJob {}
+            job.name = "exclusive attempt"
+            job.exclusivityCategories = ["retry-printer"]
+            return job
+        }
+        queue.addJob(retry)
+        await retry.waitUntilFinished()
+        guard let error = jobError(of: retry) else { return }
+        #expect(error.code == .invalidAttempt)
+        #expect(error.description.contains("'exclusive attempt', which has exclusivity categories"))
+    }
+
+    @Test func aRetryJobCancelledWhileShouldRetryRunsEndsAndIsFreed() async {
+        // shouldRetry blocks its (Dispatch) thread until the test has cancelled the retry job; the
+        // wait that would follow is then never armed, and must let the retry job go.
+        let (queue, worker) = makeJobQueueOnSerialWorker("retry-cancel-deciding")
+        let deciding = Signal()
+        let gate = DispatchSemaphore(value: 0)
+        let made = Log<Int>()
+        let retry: WeakReference<RetryJob> = {
+            let retry = RetryJob(
+                maxAttempts: 3, backoff: .constant(.seconds(3600)),
+                shouldRetry: { _ in
+                    deciding.fire()
+                    gate.wait()
+                    return true
+                }
+            ) { number in attempt(number, succeeds: false, made: made) }
+            queue.addJob(retry)
+            return WeakReference(retry)
+        }()
+        await deciding.wait()
+        retry.object?.cancel()
+        gate.signal()
+        await queue.waitUntilAllJobsAreFinished()
+        await drainSerialQueue(worker)
+        #expect(made.values == [1])
+        #expect(retry.object == nil)
+    }
+
+    @Test func aRetryJobCancelledBeforeItStartsMakesNoAttemptAndFreesItsClosures() async {
+        let made = Log<Int>()
+        weak var weakRetry: RetryJob?
+        do {
+            let retry = RetryJob(maxAttempts: 3) { number in attempt(number, succeeds: true, made: made) }
+            weakRetry = retry
+            retry.cancel()
+            JobQueue(name: "retry-cancelled-early").addJob(retry)
+            #expect(retry.isFinished && retry.isCancelled)
+        }
+        #expect(weakRetry == nil)
+        #expect(made.values.isEmpty)
+    }
+
+    @Test func aRetryJobWhoseClosureCapturesItIsFreedOnceFinished() async {
+        weak var weakRetry: RetryJob?
+        do {
+            let box = Locked<RetryJob?>(nil)
+            let retry = RetryJob(maxAttempts: 2) { _ in
+                _ = box.withLock { $0 }  // a cycle through the closure while the job lives
+                return BlockJob {}
+            }
+            box.withLock { $0 = retry }
+            weakRetry = retry
+            let queue = JobQueue(name: "retry-freed")
+            queue.addJob(retry)
+            await queue.waitUntilAllJobsAreFinished()
+            // The box still holds the retry job: only the job's release of its closure breaks the
+            // cycle.
+        }
+        #expect(weakRetry == nil)
+    }
+
+    // MARK: Backoff
+
+    @Test func backoffDelays() {
+        #expect(Backoff.none.maximumDelay(beforeAttempt: 2) == .zero)
+        #expect(Backoff.constant(.seconds(2)).maximumDelay(beforeAttempt: 7) == .seconds(2))
+        let exponential = Backoff.exponential(initial: .milliseconds(100), maximum: .seconds(1))
+        let delays = (2...7).map { exponential.maximumDelay(beforeAttempt: $0) }
+        #expect(
+            delays == [
+                .milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800), .seconds(1),
+                .seconds(1),
+            ])
+        #expect(exponential.maximumDelay(beforeAttempt: 1_000_000) == .seconds(1))
+        #expect(exponential.delay(beforeAttempt: 4) == .milliseconds(400))
+        let jittered = Backoff.exponential(initial: .milliseconds(100), maximum: .seconds(1), jitter: true)
+        for attempt in 2...12 {
+            let delay = jittered.delay(beforeAttempt: attempt)
+            #expect(delay >= .zero && delay <= jittered.maximumDelay(beforeAttempt: attempt))
+        }
+    }
+}
