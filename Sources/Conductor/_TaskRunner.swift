@@ -41,13 +41,8 @@ final class _TaskRunner: @unchecked Sendable {
     /// Starts the body in a task for `job`, which finishes when the body returns: failed if it
     /// threw, cancelled if it threw `CancellationError`.
     func start(_ job: Job) {
-        engineLock.lock()
-        let body = self.body
-        self.body = nil
-        engineLock.unlock()
-        guard let body else { return job._finish() }
+        guard let work = takeWork() else { return job._finish() }
         let queue = JobQueue.current
-        let work = _TaskWork(body)
         let task = Task(priority: priority) { [self] in
             withUnsafeCurrentTask { task in
                 engineLock.withLock { bodyTask = task }
@@ -69,6 +64,18 @@ final class _TaskRunner: @unchecked Sendable {
         if cancelled {
             task.cancel()
         }
+    }
+
+    /// Moves the body into the box its task takes it from, or returns `nil` if it is gone. A
+    /// separate function so that no local of `start(_:)` holds the body: the task may run it,
+    /// finish the job and deliver `.finished` before `start(_:)` returns, and the body must be
+    /// released by then.
+    private func takeWork() -> _TaskWork? {
+        engineLock.lock()
+        let body = self.body
+        self.body = nil
+        engineLock.unlock()
+        return body.map(_TaskWork.init)
     }
 
     /// Cancels the task running the body, if there is one.

@@ -585,20 +585,33 @@ struct LeakTests {
 
     @Test("a TaskJob's body and what it captured are freed before its waiters wake")
     func taskJobBodyIsFreedBeforeWaitersWake() async {
-        let queue = JobQueue(name: "task-body")
-        let (job, captured): (TaskJob, WeakReference<Tracked>) = {
-            let tracked = Tracked()
-            return (TaskJob { _ = tracked }, WeakReference(tracked))
-        }()
+        // The task can run the body and finish the job before `start()` has returned on the thread
+        // that started it, so nothing there may hold the body either. That happens when the
+        // starting thread is preempted right after creating the task: many jobs on several queues,
+        // more threads than cores, so that some are.
+        let count = 2_000
+        let queues = (0..<8).map { JobQueue(name: "task-body-\($0)") }
         // Observers get `.finished` inside the task's call to finish the job, before its closure
         // returns: checking there tells a body released first from one the closure still holds.
         let freedWhenFinished = Log<Bool>()
-        job.observe { event in
-            if event == .finished { freedWhenFinished.append(captured.object == nil) }
+        let jobs: [TaskJob] = (0..<count).map { _ in
+            let tracked = Tracked()
+            let captured = WeakReference(tracked)
+            let job = TaskJob { _ = tracked }
+            job.observe { event in
+                if event == .finished { freedWhenFinished.append(captured.object == nil) }
+            }
+            return job
         }
-        queue.addJob(job)
-        await job.waitUntilFinished()
-        #expect(freedWhenFinished.values == [true])
+        for (index, job) in jobs.enumerated() {
+            queues[index % queues.count].addJob(job)
+        }
+        for job in jobs {
+            await job.waitUntilFinished()
+        }
+        #expect(freedWhenFinished.count == count)
+        let held = freedWhenFinished.values.filter { !$0 }.count
+        #expect(held == 0, "\(held) of \(count) bodies were still held when their job finished")
     }
 
     @Test("a long-running job does not accumulate its cancelled dependents")
