@@ -108,6 +108,11 @@ final class _JobFinishedOperation: Operation, @unchecked Sendable {
             defer { links = Links() }
             return links
         }
+        // If the dependent was being added to an OperationQueue while this proxy finished, the
+        // queue may have cached a stale "not ready" (see `_announceReadinessIfReady()`). Announcing
+        // again corrects it unless the queue stores its stale value later still, which only
+        // `OperationQueue.addJob(_:)` rules out, by announcing once the operation is in the queue.
+        dropped.dependent?._announceReadinessIfReady()
         withExtendedLifetime(dropped) {}
     }
 }

@@ -78,3 +78,21 @@ extension Operation {
         }
     }
 }
+
+extension Operation {
+    /// Posts the key-value notifications for `isReady`, so that the operation's queue reads it
+    /// again. A workaround for swift-corelibs-foundation, where an operation whose last
+    /// dependency finishes while `addOperation(_:)` runs can keep a stale "not ready" and never
+    /// start: the queue caches `isReady` as read before the dependency's announcement, and
+    /// schedules it only on another announcement. Harmless on an operation that has started or
+    /// finished, and on Darwin, which reads `isReady` again on each notification.
+    ///
+    /// Only a ready operation is announced: the queue caches what it reads during the
+    /// notification, and a "not ready" read just before another dependency finished would be one
+    /// more stale value, the very problem this works around. A ready operation stays ready.
+    func _announceReadinessIfReady() {
+        guard isReady else { return }
+        willChangeValue(forKey: "isReady")
+        didChangeValue(forKey: "isReady")
+    }
+}
