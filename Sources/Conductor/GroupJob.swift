@@ -15,13 +15,18 @@
 ///   child failed; otherwise `.succeeded`. A child cancelled on its own does not fail the group.
 /// - Cancelling the group records its own reason first (its outcome is `.cancelled` with it), then
 ///   cancels every unfinished child with ``CancellationReason/Code/parentCancelled`` naming the
-///   group. A child added to a cancelled group starts cancelled the same way.
+///   group. A child added to a cancelled group starts cancelled the same way. A group cancelled
+///   before it starts has every child, at any depth, cancelled and finished by the time its
+///   `.finished` observers and waiters see it finished.
 /// - ``addChild(_:)`` may be called until the group finishes; on a finished group it traps. A
 ///   child that has already finished counts as finished (and, if it failed, as a failure). A
 ///   running child adds to its group with ``Job/produce(_:)``, which counts the new child before the
 ///   producer can finish, so the group cannot finish in between.
 /// - Exclusivity categories held by a group count as held by its children, at any depth: a child
-///   naming one of them runs without waiting for the group to let it go.
+///   naming one of them runs without waiting for the group to let it go. Inside a group, a job may
+///   name only categories a group around it holds; one that names another fails with
+///   ``JobError/Code/categoryNotHeldByGroup`` without running, since waiting for it while the
+///   group holds its slot and categories could deadlock.
 public final class GroupJob: Job, @unchecked Sendable {
     // @unchecked Sendable: `children` is a JobQueue (itself Sendable); `unfinished`, `failures` and
     // `isSealed` are guarded by `engineLock`.
@@ -126,6 +131,27 @@ public final class GroupJob: Job, @unchecked Sendable {
         if done { isSealed = true }
         engineLock.unlock()
         if done { end() }
+    }
+
+    /// The group was cancelled before it ran, and finishes in this critical section: queues the
+    /// cancellation of every child, which the group's `_finishLocked` carries out before it
+    /// returns (iteratively, so nested groups use constant stack). Their `cancel()` overrides run
+    /// after unlocking. Call with `engineLock` held.
+    func _cancelChildrenLocked(_ actions: inout _Actions) {
+        let reason = CancellationReason(code: .parentCancelled, detail: nil, responsibleJob: _describeLocked)
+        for child in children._membersLocked() {
+            actions.cancelLater(child, reason: reason)
+        }
+    }
+
+    /// The group was refused its exclusivity categories and fails without running
+    /// (`Job._refuseToRun`): it takes no more children, and cancels those it has, which have not
+    /// started, before it finishes.
+    func _cancelChildrenBecauseRefused() {
+        engineLock.lock()
+        isSealed = true
+        engineLock.unlock()
+        children._cancelAllJobs(reason: parentReason)
     }
 
     /// Finishes the group: failed if a child failed, unless the group was cancelled, whose own

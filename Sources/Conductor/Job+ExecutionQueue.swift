@@ -32,7 +32,18 @@ extension Job {
     /// Runs the job's work on its execution queue, with `queue` as ``JobQueue/current``, and
     /// finishes the job as its worker would have. The job is executing.
     func _executeOnExecutionQueue(queue: JobQueue?) {
-        guard let target = engineLock.withLock({ _extras?.executionQueue }) else { return }
+        engineLock.lock()
+        let target = _extras?.executionQueue
+        let refusal = _extras?.categoryRefusal
+        _extras?.categoryRefusal = nil
+        engineLock.unlock()
+        if let refusal {
+            // Not on this worker, which goes on with its next job: finishing runs callbacks.
+            return (target ?? DispatchQueue.global()).async { [self] in
+                _refuseToRun(category: refusal.category, group: refusal.group)
+            }
+        }
+        guard let target else { return }
         target.async { [self] in
             _ThreadContext.withContext(queue: queue, job: self) {
                 var failure: (any Error)?
@@ -46,6 +57,18 @@ extension Job {
                 }
             }
         }
+    }
+}
+
+extension Job {
+    /// The job named an exclusivity category its group does not hold (`categoryRefusal`): it fails
+    /// without running. A group first cancels its children, which have not started.
+    func _refuseToRun(category: String, group: GroupJob) {
+        if let refusedGroup = self as? GroupJob {
+            refusedGroup._cancelChildrenBecauseRefused()
+        }
+        let situation = "names the exclusivity category '\(category)', which"
+        _finish(failure: JobError(code: .categoryNotHeldByGroup, jobs: [self, group], situation: situation))
     }
 }
 

@@ -45,6 +45,10 @@ final class _JobExtras: @unchecked Sendable {
     var lineCategories: [String] = []
     /// The group this job is a child of (weak: the group's queue of children holds the child).
     weak var parentGroup: GroupJob?
+    /// Set when the job was claimed inside a group while naming an exclusivity category that no
+    /// group around it holds: the category, and the job's group. The job does not run; it fails
+    /// with ``JobError/Code/categoryNotHeldByGroup`` (`Job._refuseToRun`).
+    var categoryRefusal: (category: String, group: GroupJob)?
     /// The job's time limit (``Job/timeout``), and the timer counting it down while it executes.
     var timeout: Duration?
     var timer: DispatchSourceTimer?

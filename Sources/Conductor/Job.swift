@@ -375,6 +375,11 @@ open class Job: @unchecked Sendable {
         _postLocked(.cancelled, &actions)
         // A queue's barrier keeps its place in line so that later jobs still wait for earlier ones.
         if effect == .finishWithoutRunning && !(_isBarrier && _queue != nil) {
+            // A group's children are cancelled in this critical section, before the group
+            // finishes: no one can see the group finished while one of its children is not.
+            if type(of: self) == GroupJob.self {
+                unsafeDowncast(self, to: GroupJob.self)._cancelChildrenLocked(&actions)
+            }
             _finishLocked(&actions)
         }
         return true

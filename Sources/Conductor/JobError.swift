@@ -9,6 +9,7 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
             case dependencyCycle
             case alreadyStarted
             case invalidAttempt
+            case categoryNotHeldByGroup
         }
 
         private let value: Value
@@ -22,12 +23,19 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
         /// started or finished, waiting for dependencies, or with exclusivity categories. The retry job fails with this error,
         /// and the job returned is left alone.
         public static let invalidAttempt = Code(value: .invalidAttempt)
+        /// A job inside a ``GroupJob`` named an exclusivity category that no group around it holds.
+        /// It would wait for that category while its group holds a slot (and its own categories)
+        /// waiting for it, which can deadlock against a job that waits for that slot or wants both
+        /// categories, so the job fails with this error instead of running (a group first cancels
+        /// its children). The first job is the refused one, the second its group.
+        public static let categoryNotHeldByGroup = Code(value: .categoryNotHeldByGroup)
 
         public var description: String {
             switch value {
             case .dependencyCycle: "dependencyCycle"
             case .alreadyStarted: "alreadyStarted"
             case .invalidAttempt: "invalidAttempt"
+            case .categoryNotHeldByGroup: "categoryNotHeldByGroup"
             }
         }
     }
@@ -64,6 +72,9 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
         case .invalidAttempt:
             return
                 "JobError.invalidAttempt: \(names[0]) cannot start its attempt \(names.dropFirst().joined(separator: ", ")), which \(situation ?? "cannot be started"); return a new job that is on no queue and waits for nothing"
+        case .categoryNotHeldByGroup:
+            return
+                "JobError.categoryNotHeldByGroup: \(names[0]) \(situation ?? "names an exclusivity category that") its group \(names[1]) does not hold; inside a group a job may name only categories a group around it holds, so it did not run"
         default:
             return "JobError.\(code): \(names.joined(separator: ", "))"
         }

@@ -275,16 +275,7 @@ public final class JobQueue: @unchecked Sendable {
     ///
     /// - Complexity: O(n) for the snapshot.
     public var jobs: [Job] {
-        engineLock.withLock {
-            var result: [Job] = []
-            result.reserveCapacity(_jobCount)
-            var node = _head
-            while let job = node {
-                result.append(job.takeUnretainedValue())
-                node = job._withUnsafeGuaranteedRef { $0._next }
-            }
-            return result
-        }
+        engineLock.withLock { _membersLocked() }
     }
 
     /// The number of unfinished jobs.
@@ -306,11 +297,10 @@ public final class JobQueue: @unchecked Sendable {
         _cancelAllJobs(reason: CancellationReason(code: .queueCancelled))
     }
 
-    /// `cancelAllJobs()` with `reason` (a ``GroupJob`` cancels its children with
-    /// `parentCancelled`).
-    func _cancelAllJobs(reason: CancellationReason) {
-        var actions = _Actions()
-        engineLock.lock()
+    /// The jobs on the queue, in the order they were added. Call with `engineLock` held.
+    ///
+    /// - Complexity: O(jobs on the queue).
+    func _membersLocked() -> [Job] {
         var members: [Job] = []
         members.reserveCapacity(_jobCount)
         var node = _head
@@ -318,6 +308,15 @@ public final class JobQueue: @unchecked Sendable {
             members.append(job.takeUnretainedValue())
             node = job._withUnsafeGuaranteedRef { $0._next }
         }
+        return members
+    }
+
+    /// `cancelAllJobs()` with `reason` (a ``GroupJob`` cancels its children with
+    /// `parentCancelled`).
+    func _cancelAllJobs(reason: CancellationReason) {
+        var actions = _Actions()
+        engineLock.lock()
+        let members = _membersLocked()
         // Only the jobs this loop cancelled: a member the cascade of another member's cancellation
         // reached first has its override run by `perform()` already.
         var cancelledHere: [Job] = []

@@ -92,6 +92,12 @@ struct _Actions {
         more.cascade.append((job, reason))
     }
 
+    /// Queues `job`'s cancellation for `reason`, carried out by `cancelDependentsLocked()` with
+    /// the cascade's: a group cancelled before it ran cancels its children this way.
+    mutating func cancelLater(_ job: Job, reason: CancellationReason) {
+        more.cascade.append((job, reason))
+    }
+
     /// Carries out the queued cancellations and those they cause in turn, iteratively: cancelling a
     /// job finishes it, and its `_finishLocked` queues its own `.requireSuccess` dependents here
     /// instead of recursing. Nested calls return at once; the outermost one drains the queue, so a

@@ -85,6 +85,16 @@ final class _ExclusivityRegistry: @unchecked Sendable {
         let names =
             extras.parkTicket != 0
             ? extras.lineCategories : extras.exclusivityCategories.filter { !heldByAncestor($0, of: extras) }
+        if extras.parkTicket == 0, let name = names.first, let group = extras.parentGroup {
+            // Inside a group, only the categories a group around it holds: a group holds its slot
+            // (and its categories) while it waits for its children, so a child waiting for a
+            // category could wait for a job that waits for that slot. The job is granted nothing
+            // and fails instead of running.
+            extras.categoryRefusal = (name, group)
+            extras.lineCategories = []
+            job._runsElsewhere = true
+            return true
+        }
         extras.lineCategories = names
         if grantable(job, names) {
             let wasInLine = extras.parkTicket != 0
@@ -208,6 +218,10 @@ extension Job {
     /// category while it waits for a slot, and the order in which categories are named cannot
     /// deadlock. A job that gains a dependency or a condition while in line leaves the line, and
     /// joins it again at the back when it is claimed next.
+    ///
+    /// Inside a ``GroupJob``, a job may name only categories a group around it holds (it shares
+    /// them); one that names another fails with
+    /// ``JobError/Code/categoryNotHeldByGroup`` when claimed, without running.
     ///
     /// Set it before the job starts; setting it on a started job traps, and on a job cancelled
     /// before it started it has no effect. ``start()`` by hand takes the categories if they are

@@ -230,28 +230,24 @@ private func heldJob(_ name: String, categories: Set<String>, gate: Signal, star
 
     @Test func aJobProducedByARunningJobOfTheSameCategoryAsAJobWaitingOnTheProducer() async throws {
         // PK #364: with categories taken at enqueue, `produced` would queue behind `waiter`, which
-        // waits for `producer`, whose group waits for `produced`. Here categories are taken at
-        // claim: `produced` waits in line until `producer` lets "t9-x" go, then both run.
+        // waits for `producer`, which finishes only once `produced` has. Here categories are taken
+        // at claim: `waiter`, waiting for its dependency, holds no place in line, so `produced`
+        // runs, then `producer` finishes, then `waiter` runs.
         let queue = JobQueue(name: "produced-exclusive")
         let order = Log<String>()
-        let box = Locked<Job?>(nil)
-        let producer = BlockJob {
+        let producer = AsyncBlockJob { producer in
             order.append("producer")
             let produced = BlockJob { order.append("produced") }
             produced.exclusivityCategories = ["t9-x"]
-            box.withLock { $0 }!.produce(produced)
+            produced.observe { if $0 == .finished { producer.finish() } }
+            producer.produce(produced)
         }
-        producer.exclusivityCategories = ["t9-x"]
-        box.withLock { $0 = producer }
         let waiter = BlockJob { order.append("waiter") }
         waiter.exclusivityCategories = ["t9-x"]
         try waiter.addDependency(producer)
-        let group = GroupJob(name: "producing", jobs: [producer, waiter])
-        queue.addJob(group)
-        await group.waitUntilFinished()
-        box.withLock { $0 = nil }
-        #expect(order.values.first == "producer")
-        #expect(order.values.sorted() == ["produced", "producer", "waiter"])
+        queue.addJobs([waiter, producer], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(order.values == ["producer", "produced", "waiter"])
         #expect(JobQueue._exclusivityCategoriesInUse(among: ["t9-x"]) == 0)
     }
 

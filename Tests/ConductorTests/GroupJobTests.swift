@@ -122,6 +122,42 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(ran.value == 0 && child.cancellationReason?.code == .parentCancelled)
     }
 
+    /// Whoever sees a group cancelled before it started as finished (its `.finished` observers, its
+    /// waiters) sees every child, at any depth, finished and cancelled with `parentCancelled`: the
+    /// children are cancelled in the critical section that finishes the group. Both ways an
+    /// unstarted group is cancelled: by request, and by a condition that refuses it.
+    @Test(arguments: ["requested", "conditionFailed"])
+    func aGroupCancelledBeforeItStartsFinishesAfterItsChildren(path: String) async {
+        for round in 0..<20 {
+            let queue = JobQueue(name: "cancel-group-before-start-\(path)-\(round)")
+            queue.isSuspended = path == "requested"
+            let grandchild = BlockJob {}
+            let inner = GroupJob(name: "inner", jobs: [grandchild])
+            let children = [BlockJob {}, BlockJob {}, inner]
+            let outer = GroupJob(name: "outer", jobs: children)
+            let everyone = children + [grandchild]
+            let unfinishedWhenOuterFinished = Log<String>()
+            outer.observe { event in
+                guard event == .finished else { return }
+                for job in everyone where !job.isFinished || job.cancellationReason?.code != .parentCancelled {
+                    unfinishedWhenOuterFinished.append(job.displayName)
+                }
+            }
+            if path == "conditionFailed" {
+                outer.addCondition(BlockCondition(name: "never") { _ in false })
+            }
+            queue.addJob(outer)
+            if path == "requested" { outer.cancel() }
+            await outer.waitUntilFinished()
+            let unfinishedWhenWaiterWoke = everyone.filter { !$0.isFinished }.map(\.displayName)
+            #expect(outer.cancellationReason?.code == (path == "requested" ? .requested : .conditionFailed))
+            #expect(unfinishedWhenOuterFinished.values.isEmpty, "round \(round)")
+            #expect(unfinishedWhenWaiterWoke.isEmpty, "round \(round)")
+            queue.isSuspended = false
+            await queue.waitUntilAllJobsAreFinished()
+        }
+    }
+
     @Test func groupsNestThreeDeepWithTenThousandChildren() async {
         let queue = JobQueue(name: "nested")
         let ran = Counter()
@@ -235,6 +271,65 @@ private func succeeded(_ job: Job) -> Bool {
         await queue.waitUntilAllJobsAreFinished()
         #expect(ran.value == 2)
         #expect(JobQueue._exclusivityCategoriesInUse(among: ["group-printer"]) == 0)
+    }
+
+    /// Inside a group, a job may name only categories a group around it holds. One naming another
+    /// would wait for it while the group holds its own: with `both` (which wants the group's
+    /// category and that one) in line first, neither could ever run. The job fails with
+    /// `categoryNotHeldByGroup` instead, without running; a refused group first cancels its
+    /// children. A group without categories in between changes nothing.
+    @Test func insideAGroupWithCategoriesAJobMayNameOnlyThoseItsGroupsHold() async throws {
+        let queue = JobQueue(name: "group-categories", maxConcurrentJobCount: 2)
+        let other = JobQueue(name: "group-categories-other")
+        let ran = Log<String>()
+        func job(_ name: String, _ categories: Set<String>) -> BlockJob {
+            let job = BlockJob { ran.append(name) }
+            job.name = name
+            job.exclusivityCategories = categories
+            return job
+        }
+        let both = job("both", ["gc-disk", "gc-net"])
+        let shared = BlockJob {
+            ran.append("shared")
+            other.addJob(both)  // in line for both categories while the group holds "gc-disk"
+        }
+        shared.name = "shared"
+        shared.exclusivityCategories = ["gc-disk"]
+        let outside = job("outside", ["gc-disk", "gc-net"])
+        let grandchild = job("grandchild", [])
+        let refusedGroup = GroupJob(name: "refused group", jobs: [grandchild])
+        refusedGroup.exclusivityCategories = ["gc-net"]
+        let deep = job("deep", ["gc-net"])
+        let plain = GroupJob(name: "plain", jobs: [deep])
+        let group = GroupJob(
+            name: "disk group", maxConcurrentJobCount: 1, jobs: [shared, outside, refusedGroup, plain])
+        group.exclusivityCategories = ["gc-disk"]
+        queue.addJob(group)
+        await queue.waitUntilAllJobsAreFinished()
+        await other.waitUntilAllJobsAreFinished()
+
+        #expect(Set(ran.values) == ["shared", "both"])
+        for refused in [outside, refusedGroup, deep] {
+            guard case .failed(let error as JobError)? = refused.outcome else {
+                Issue.record("\(refused.displayName): \(String(describing: refused.outcome))")
+                continue
+            }
+            #expect(error.code == .categoryNotHeldByGroup)
+            #expect(error.jobs.first === refused && error.jobs.last === (refused === deep ? plain : group))
+        }
+        guard case .failed(let error)? = outside.outcome else { return }
+        #expect(
+            "\(error)"
+                == "JobError.categoryNotHeldByGroup: 'outside' names the exclusivity category 'gc-net', which its group 'disk group' does not hold; inside a group a job may name only categories a group around it holds, so it did not run"
+        )
+        #expect(grandchild.cancellationReason?.code == .parentCancelled)
+        guard case .failed(let failure as GroupFailure)? = group.outcome else {
+            Issue.record("the group: \(String(describing: group.outcome))")
+            return
+        }
+        #expect(Set(failure.failures.map(\.job)) == ["outside", "refused group", "plain"])
+        #expect(succeeded(both))
+        #expect(JobQueue._exclusivityCategoriesInUse(among: ["gc-disk", "gc-net"]) == 0)
     }
 
     @Test func aFinishedGroupIsFreedWithItsChildren() async {
