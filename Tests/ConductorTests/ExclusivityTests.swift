@@ -7,7 +7,7 @@ import Testing
 // all or nothing, first come first served, never held while waiting for a slot.
 
 /// Counts, per category, the jobs executing in it, and records any moment with more than one.
-private final class CategoryGuard: Sendable {
+final class CategoryGuard: Sendable {
     private let inside: [String: Counter]
     let violations = Log<String>()
 
