@@ -49,6 +49,9 @@ public final class GroupJob: Job, @unchecked Sendable {
         children.isSuspended = true
         super.init(finishesWhenExecuteReturns: false)
         if let name { self.name = name }
+        engineLock.withLock {
+            _extrasLocked.progress = JobProgress(kind: .group, total: 0, completed: 0)
+        }
         for job in jobs {
             addChild(job)
         }
@@ -61,6 +64,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         let handler: @Sendable (JobEvent) -> Void = { [self] event in
             if event == .finished { childFinished(job) }
         }
+        var actions = _Actions()
         engineLock.lock()
         if (_state == .finished || isSealed) && !_isCancelled {
             let name = _describeLocked
@@ -69,6 +73,10 @@ public final class GroupJob: Job, @unchecked Sendable {
         }
         let cancelled = _isCancelled
         job._extrasLocked.parentGroup = self
+        // Every child counts in the group's progress with its units, a finished one as complete.
+        if let progress = _extras?.progress, progress.storage.read({ !$0.finished }) {
+            progress._adoptLocked(job._progressLocked(&actions), &actions)
+        }
         // Counted and observed in one critical section, so that it cannot finish unobserved. A job
         // that already finished counts as a finished child.
         var observed = false
@@ -81,6 +89,7 @@ public final class GroupJob: Job, @unchecked Sendable {
             }
         }
         engineLock.unlock()
+        actions.perform()
         if cancelled {
             // Nothing will run it: the group is over, or its children are being cancelled.
             job.cancel(reason: parentReason)

@@ -49,6 +49,8 @@ final class _JobExtras: @unchecked Sendable {
     /// group around it holds: the category, and the job's group. The job does not run; it fails
     /// with ``JobError/Code/categoryNotHeldByGroup`` (`Job._refuseToRun`).
     var categoryRefusal: (category: String, group: GroupJob)?
+    /// The job's progress, once someone asked for it (``Job/progress``), or a group's from its start.
+    var progress: JobProgress?
     /// The job's time limit (``Job/timeout``), and the timer counting it down while it executes.
     var timeout: Duration?
     var timer: DispatchSourceTimer?
@@ -63,6 +65,15 @@ final class _JobExtras: @unchecked Sendable {
     func resumeWaiters(_ actions: inout _Actions) {
         actions.resume(waiters)
         waiters = []
+    }
+
+    /// What a finished job keeps of its extras: only its progress, if it has one (so that the
+    /// object stays the job's); everything else is released.
+    var _keptAfterFinishing: _JobExtras? {
+        guard let progress else { return nil }
+        let kept = _JobExtras()
+        kept.progress = progress
+        return kept
     }
 }
 
@@ -256,8 +267,8 @@ extension Job {
             extras.settleQueue = nil
             queue._settleLocked(&actions)
         }
-        // Nothing can be posted after `.finished`; the extras are no longer needed.
-        _extras = nil
+        // Nothing can be posted after `.finished`; the extras are no longer needed, except a progress.
+        _extras = extras._keptAfterFinishing
         engineLock.unlock()
         actions.perform()
     }

@@ -483,12 +483,15 @@ open class Job: @unchecked Sendable {
                 extras.timer = nil
                 actions.cancelAfterUnlocking(timer)
             }
+            if let progress = extras.progress {
+                progress._finishLocked(&actions)
+            }
             if extras.hasCallbacks {
                 hasCallbacks = true
             } else {
                 // Only waiters: nobody to call, so wake them now and settle without a delivery round.
                 extras.resumeWaiters(&actions)
-                _extras = nil
+                _extras = extras._keptAfterFinishing
             }
         }
         _callbacksPending = hasCallbacks

@@ -40,6 +40,7 @@ extension JobQueue {
             break
         }
         job._queue = Unmanaged.passUnretained(self)
+        _countJoiningLocked(job, &actions)
         _linkLocked(job)
         if let epoch = _epochs.last {
             epoch.held.append(job)
@@ -111,6 +112,7 @@ extension JobQueue {
             _ready.remove(job, &actions)
         }
         _unlinkLocked(job)
+        _countLeavingLocked(job, &actions)
         if job._admitted {
             job._admitted = false
             _activeUnfinished -= 1

@@ -78,6 +78,11 @@ public final class JobQueue: @unchecked Sendable {
     /// Jobs added and not yet finished with all their callbacks run; waiters wake at zero.
     @exclusivity(unchecked) var _unsettled = 0
     @exclusivity(unchecked) var _waiters: [_Waiter] = []
+    // Last, so that the fields above keep the layout the hot path was measured with.
+    /// Jobs added since the queue was last idle (`_jobCount` was 0), and the queue's progress once
+    /// someone asked for it (``progress``).
+    @exclusivity(unchecked) var _addedSinceIdle = 0
+    @exclusivity(unchecked) var _progress: JobProgress?
 
     /// Creates a queue.
     ///
@@ -261,6 +266,7 @@ public final class JobQueue: @unchecked Sendable {
         let job = _BarrierJob(block: barrier)
         _update { queue, actions in
             job._queue = Unmanaged.passUnretained(queue)
+            queue._countJoiningLocked(job, &actions)
             queue._linkLocked(job)
             queue._epochs.append(_BarrierEpoch(barrier: job))
             if queue._activeUnfinished == 0 {

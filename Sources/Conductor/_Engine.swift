@@ -78,10 +78,17 @@ struct _Actions {
         more.deliveries.append(job)
     }
 
-    /// Whether `perform()` will run user code: observers, completion blocks, `cancel()` overrides.
+    /// Whether `perform()` will run user code: observers, completion blocks, `cancel()` overrides,
+    /// progress observers.
     var hasDeliveries: Bool {
         guard let overflow else { return false }
         return !overflow.deliveries.isEmpty || !overflow.cancelOverrides.isEmpty
+            || !overflow.progressNotifications.isEmpty
+    }
+
+    /// Runs `progress`'s observers after unlocking: its counts changed.
+    mutating func notifyProgress(_ progress: JobProgress) {
+        more.progressNotifications.append(progress)
     }
 
     /// Queues `job`'s cancellation: its `.requireSuccess` dependency `dependency` finished with
@@ -258,6 +265,8 @@ final class _ActionsOverflow {
     /// Jobs whose conditions are due for evaluation, and evaluations of jobs that finished first.
     var conditionEvaluations: [Job] = []
     var tasksToCancel: [Task<Void, Never>] = []
+    /// Progress objects whose counts changed and that have observers.
+    var progressNotifications: [JobProgress] = []
 
     func touch(_ queue: JobQueue) {
         // A set, not a scan of the list: a cascade across many queues touches each once, in O(1).
@@ -284,10 +293,13 @@ final class _ActionsOverflow {
             let generation = start.generation
             start.target.async { queue._runWorker(generation: generation) }
         }
-        if !deliveries.isEmpty || !cancelOverrides.isEmpty {
+        if !deliveries.isEmpty || !cancelOverrides.isEmpty || !progressNotifications.isEmpty {
             // Callbacks run with no worker context, whichever thread runs them: `JobQueue.current`
             // is `nil` there, and a wait from a callback is not mistaken for a job waiting for itself.
             _ThreadContext.withContext(queue: nil, job: nil) {
+                for progress in progressNotifications {
+                    progress._notifyObservers()
+                }
                 for job in deliveries {
                     job._deliverEvents()
                 }

@@ -193,6 +193,31 @@ private final class BlockJobBox: @unchecked Sendable {
                 "Job.exclusivityCategories: 'started-job' has already started; set its categories before it starts"))
     }
 
+    @Test func settingTheCountsOfAQueuesOrAGroupsProgressTraps() async {
+        let queueResult = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            JobQueue(name: "misuse-progress").progress.completedUnitCount = 1
+        }
+        #expect(
+            standardErrorText(queueResult).contains(
+                "JobProgress.completedUnitCount: this progress adds up a queue's jobs; set the counts on a job's own progress"
+            ))
+        let groupResult = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            GroupJob(name: "misuse-group").progress.totalUnitCount = 5
+        }
+        #expect(
+            standardErrorText(groupResult).contains(
+                "JobProgress.totalUnitCount: this progress adds up a group's children; set the counts on a job's own progress"
+            ))
+    }
+
+    @Test func aNegativeUnitCountTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            BlockJob {}.progress.totalUnitCount = -2
+        }
+        #expect(
+            standardErrorText(result).contains("JobProgress.totalUnitCount: -2 is negative; unit counts are 0 or more"))
+    }
+
     @Test func startByHandWhileACategoryIsHeldTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let holder = AsyncBlockJob { _ in }  // executes until finish(), which never comes

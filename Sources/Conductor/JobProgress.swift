@@ -1,0 +1,314 @@
+/// How much of a job's, a group's or a queue's work is done, as units: ``completedUnitCount`` of
+/// ``totalUnitCount``.
+///
+/// - ``Job/progress``: one unit by default, completed when the job finishes (an asynchronous job's
+///   when it calls `finish()`, not when `execute()` returns). The job may set its own total and
+///   advance ``completedUnitCount`` from its work. Whatever it reached, a finished job's progress
+///   is complete.
+/// - ``GroupJob``'s `progress`: the sum over its children (and the jobs they produce), so each child
+///   weighs as much as its total.
+/// - ``JobQueue/progress``: the sum over the jobs added since the queue was last idle; adding a job
+///   to an idle queue starts a new count.
+///
+/// Reading is cheap: it takes a small lock of the progress object's own, never the engine's, so it
+/// never holds up any job. ``fractionCompleted`` never goes backwards while ``totalUnitCount`` is
+/// unchanged (unless the owning job sets ``completedUnitCount`` lower itself), and it is exactly
+/// 1.0 once everything counted has finished.
+///
+/// ``observe(_:)`` calls a handler after each change, outside every lock and with no worker context.
+/// Changes made on different threads may be reported concurrently, and a report may find values
+/// newer than the change it reports: read them from the object passed.
+public final class JobProgress: Sendable {
+    /// Whose progress it is: the sum of a group's or a queue's jobs cannot be set directly.
+    enum Kind: Sendable {
+        case job, group, queue
+    }
+
+    let kind: Kind
+    let storage: _ProgressStorage
+
+    init(kind: Kind, total: Int64, completed: Int64, finished: Bool = false) {
+        self.kind = kind
+        storage = _ProgressStorage(total: total, completed: completed, finished: finished)
+    }
+
+    /// The units of work in all. Set it from the job's own work; on a group's or a queue's progress,
+    /// which add up their jobs, setting it traps, as does a negative value. Setting it after the
+    /// job finished has no effect.
+    public var totalUnitCount: Int64 {
+        get { storage.read { $0.total } }
+        set { set(total: newValue, completed: nil, "totalUnitCount") }
+    }
+
+    /// The units of work done. Set it from the job's own work; on a group's or a queue's progress,
+    /// setting it traps, as does a negative value. Setting it after the job finished has no effect.
+    public var completedUnitCount: Int64 {
+        get { storage.read { $0.completed } }
+        set { set(total: nil, completed: newValue, "completedUnitCount") }
+    }
+
+    /// `completedUnitCount / totalUnitCount`, between 0 and 1: 0 while the total is 0, and 1.0 once
+    /// the job (or everything counted) has finished.
+    public var fractionCompleted: Double {
+        storage.read { values in
+            if values.total <= 0 { return values.finished ? 1 : 0 }
+            return min(1, Double(max(0, values.completed)) / Double(values.total))
+        }
+    }
+
+    /// Calls `handler` after every change of the counts, with this object, outside every lock.
+    /// Keep the token to remove it with ``removeObserver(_:)``.
+    @discardableResult
+    public func observe(_ handler: @escaping @Sendable (JobProgress) -> Void) -> JobObserverToken {
+        storage.addObserver(handler)
+    }
+
+    /// Removes an observer added with ``observe(_:)``; an unknown token is ignored.
+    public func removeObserver(_ token: JobObserverToken) {
+        storage.removeObserver(token)
+    }
+
+    private func set(total: Int64?, completed: Int64?, _ property: String) {
+        let value = total ?? completed!
+        _require(value >= 0, "JobProgress.\(property): \(value) is negative; unit counts are 0 or more")
+        _require(
+            kind == .job,
+            "JobProgress.\(property): this progress adds up a \(kind == .group ? "group's children" : "queue's jobs"); set the counts on a job's own progress"
+        )
+        var actions = _Actions()
+        engineLock.lock()
+        if !storage.read({ $0.finished }) {
+            _changeLocked(total: total, completed: completed, &actions)
+        }
+        engineLock.unlock()
+        actions.perform()
+    }
+
+    // MARK: Engine side (call with `engineLock` held)
+
+    /// The object that sums this one in: a group's or a queue's progress. Guarded by `engineLock`.
+    var _parentLocked: JobProgress? {
+        get { storage.parent }
+        set { storage.parent = newValue }
+    }
+
+    /// Sets the counts given, and adds the differences to every progress above this one, noting
+    /// each that has observers in `actions`. O(depth).
+    func _changeLocked(total: Int64? = nil, completed: Int64? = nil, finished: Bool = false, _ actions: inout _Actions)
+    {
+        let (deltaTotal, deltaCompleted) = storage.update(total: total, completed: completed, finished: finished)
+        if storage.hasObservers { actions.notifyProgress(self) }
+        var node = storage.parent
+        while let parent = node, deltaTotal != 0 || deltaCompleted != 0 {
+            _ = parent.storage.add(total: deltaTotal, completed: deltaCompleted)
+            if parent.storage.hasObservers { actions.notifyProgress(parent) }
+            node = parent.storage.parent
+        }
+    }
+
+    /// The owning job finished: its progress is complete (one unit of one if its total was 0), and
+    /// stays so.
+    func _finishLocked(_ actions: inout _Actions) {
+        let total = max(storage.read { $0.total }, 1)
+        _changeLocked(total: total, completed: total, finished: true, &actions)
+    }
+
+    /// Counts `child`'s units in this one (a group's or a queue's) from now on.
+    func _adoptLocked(_ child: JobProgress, _ actions: inout _Actions) {
+        child._parentLocked = self
+        let (total, completed) = child.storage.read { ($0.total, $0.completed) }
+        _addLocked(total: total, completed: completed, &actions)
+    }
+
+    /// Adds units (a job without a progress object of its own counts as one) to this progress and
+    /// those above it.
+    func _addLocked(total: Int64, completed: Int64, _ actions: inout _Actions) {
+        let (current, done) = storage.read { ($0.total, $0.completed) }
+        _changeLocked(total: current + total, completed: done + completed, &actions)
+    }
+
+    /// A queue's progress starts a new count: the queue was idle and gains a job.
+    func _resetLocked(_ actions: inout _Actions) {
+        _changeLocked(total: 0, completed: 0, &actions)
+    }
+
+    /// Runs the observers; called by `_Actions.perform()` after unlocking.
+    func _notifyObservers() {
+        for handler in storage.handlers() {
+            handler(self)
+        }
+    }
+}
+
+/// The counts and observers of a ``JobProgress``.
+// @unchecked Sendable: `values` and `observers` are guarded by `lock`; they change only with
+// `engineLock` held as well (so a change and its propagation to the parents are one step), while
+// readers take `lock` alone. `parent` is guarded by `engineLock`. No user code runs under either.
+final class _ProgressStorage: @unchecked Sendable {
+    struct Values {
+        var total: Int64
+        var completed: Int64
+        var finished: Bool
+    }
+
+    private let lock = _Lock()
+    private var values: Values
+    private var observers: [(token: JobObserverToken, handler: @Sendable (JobProgress) -> Void)] = []
+    private var nextObserverID: UInt64 = 1
+    /// Read under `engineLock` without `lock`: written only under `engineLock` too.
+    @exclusivity(unchecked) private(set) var hasObservers = false
+    var parent: JobProgress?
+
+    init(total: Int64, completed: Int64, finished: Bool) {
+        values = Values(total: total, completed: completed, finished: finished)
+    }
+
+    func read<Result>(_ body: (Values) -> Result) -> Result {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(values)
+    }
+
+    /// Sets the values given and returns the differences. Call with `engineLock` held.
+    func update(total: Int64?, completed: Int64?, finished: Bool) -> (Int64, Int64) {
+        lock.lock()
+        defer { lock.unlock() }
+        let old = values
+        if let total { values.total = total }
+        if let completed { values.completed = completed }
+        if finished { values.finished = true }
+        return (values.total - old.total, values.completed - old.completed)
+    }
+
+    /// Adds to the values. Call with `engineLock` held.
+    func add(total: Int64, completed: Int64) -> Values {
+        lock.lock()
+        defer { lock.unlock() }
+        values.total += total
+        values.completed += completed
+        return values
+    }
+
+    func addObserver(_ handler: @escaping @Sendable (JobProgress) -> Void) -> JobObserverToken {
+        engineLock.lock()
+        lock.lock()
+        let token = JobObserverToken(id: nextObserverID)
+        nextObserverID += 1
+        observers.append((token, handler))
+        hasObservers = true
+        lock.unlock()
+        engineLock.unlock()
+        return token
+    }
+
+    func removeObserver(_ token: JobObserverToken) {
+        engineLock.lock()
+        lock.lock()
+        let removed = observers.firstIndex { $0.token == token }.map { observers.remove(at: $0) }
+        hasObservers = !observers.isEmpty
+        lock.unlock()
+        engineLock.unlock()
+        _ = removed  // the handler is released here, after unlocking
+    }
+
+    func handlers() -> [@Sendable (JobProgress) -> Void] {
+        lock.lock()
+        defer { lock.unlock() }
+        return observers.map(\.handler)
+    }
+}
+
+extension Job {
+    /// The job's progress: one unit by default, completed when the job finishes. Set its
+    /// ``JobProgress/totalUnitCount`` and advance its ``JobProgress/completedUnitCount`` from the
+    /// job's work to report finer steps; a finished job's progress is complete whatever it reached.
+    /// A ``GroupJob``'s progress adds up its children's.
+    ///
+    /// The object is created on first use and the job keeps it; a job nobody asks pays nothing. For
+    /// a job that finished before anyone asked, it is a complete one-unit progress.
+    public var progress: JobProgress {
+        var actions = _Actions()
+        engineLock.lock()
+        let progress = _progressLocked(&actions)
+        engineLock.unlock()
+        actions.perform()
+        return progress
+    }
+
+    /// The job's progress object, created if it has none: linked to its queue's progress if that
+    /// exists (which counted the job as one unit, as the new object does). Call with `engineLock` held.
+    func _progressLocked(_ actions: inout _Actions) -> JobProgress {
+        if let progress = _extras?.progress { return progress }
+        if _state == .finished {
+            return JobProgress(kind: .job, total: 1, completed: 1, finished: true)
+        }
+        let progress = JobProgress(kind: .job, total: 1, completed: 0)
+        _extrasLocked.progress = progress
+        if let queueProgress = _queue?._withUnsafeGuaranteedRef({ $0._progress }) {
+            progress._parentLocked = queueProgress
+        }
+        return progress
+    }
+}
+
+extension JobQueue {
+    /// The progress of the jobs added since the queue was last idle: their units added up (one per
+    /// job that has no progress of its own). Adding a job to an idle queue starts a new count, so a
+    /// finished batch reads 1.0 until the next job is added.
+    ///
+    /// The object is created on first use; until then the queue only counts the jobs added since it
+    /// was last idle. Jobs of that count that finished before it was created count as one unit each.
+    public var progress: JobProgress {
+        engineLock.lock()
+        if let progress = _progress {
+            engineLock.unlock()
+            return progress
+        }
+        let progress = JobProgress(kind: .queue, total: 0, completed: 0)
+        let finishedSinceIdle = Int64(_addedSinceIdle - _jobCount)
+        var total = Int64(_addedSinceIdle)
+        var completed = finishedSinceIdle
+        // O(jobs) once: members with a progress of their own count with their units.
+        for job in _membersLocked() {
+            guard let own = job._extras?.progress else { continue }
+            own._parentLocked = progress
+            let (ownTotal, ownCompleted) = own.storage.read { ($0.total, $0.completed) }
+            total += ownTotal - 1
+            completed += ownCompleted
+        }
+        _ = progress.storage.update(total: total, completed: completed, finished: false)
+        _progress = progress
+        engineLock.unlock()
+        return progress
+    }
+
+    /// `job` joins the queue: counts it in the queue's progress, starting a new count if the queue
+    /// was idle. Call with `engineLock` held.
+    @inline(__always)
+    func _countJoiningLocked(_ job: Job, _ actions: inout _Actions) {
+        if _jobCount == 0 { _addedSinceIdle = 0 }
+        _addedSinceIdle += 1
+        if let progress = _progress {
+            _countJoiningInProgressLocked(progress, job, &actions)
+        }
+    }
+
+    @inline(never)
+    private func _countJoiningInProgressLocked(_ progress: JobProgress, _ job: Job, _ actions: inout _Actions) {
+        if _jobCount == 0 { progress._resetLocked(&actions) }
+        if let own = job._extras?.progress {
+            progress._adoptLocked(own, &actions)
+        } else {
+            progress._addLocked(total: 1, completed: 0, &actions)
+        }
+    }
+
+    /// `job` finished and leaves the queue: a job without a progress of its own completes its one
+    /// unit here (one with a progress completed it when it finished). Call with `engineLock` held.
+    @inline(__always)
+    func _countLeavingLocked(_ job: Job, _ actions: inout _Actions) {
+        if let progress = _progress, job._extras?.progress == nil {
+            progress._addLocked(total: 0, completed: 1, &actions)
+        }
+    }
+}

@@ -1,0 +1,230 @@
+import Conductor
+import ConductorTestSupport
+import Dispatch
+import Testing
+
+// JobProgress: a job's, a group's and a queue's (Docs/Composition.md, "Progress").
+
+/// Reads `progress.fractionCompleted` after every change it reports, one reading at a time on a
+/// serial Dispatch queue (so the readings are ordered in time), and records every time it went down.
+/// No thread spins or blocks: Dispatch's pool is small here and shared with the other tests.
+private final class FractionWatch: Sendable {
+    private let serial = DispatchQueue(label: "JobProgressTests.FractionWatch")
+    private let last = Log<Double>()
+    let drops = Log<String>()
+
+    init(_ progress: JobProgress) {
+        progress.observe { [self] progress in
+            serial.async { [self] in
+                let now = progress.fractionCompleted
+                if let previous = last.values.last, now < previous { drops.append("\(previous) → \(now)") }
+                last.append(now)
+            }
+        }
+    }
+
+    /// Waits until every reading already requested has been made.
+    func drain() async {
+        await withCheckedContinuation { continuation in serial.async { continuation.resume() } }
+    }
+
+    var readings: Int { last.count }
+}
+
+@Suite struct JobProgressTests {
+    @Test func aJobIsOneUnitCompletedWhenItFinishes() async {
+        let job = BlockJob {}
+        #expect(job.progress.totalUnitCount == 1 && job.progress.completedUnitCount == 0)
+        #expect(job.progress.fractionCompleted == 0)
+        let queue = JobQueue(name: "progress-one-unit")
+        queue.addJob(job)
+        await job.waitUntilFinished()
+        #expect(job.progress.fractionCompleted == 1.0)
+        #expect(job.progress.totalUnitCount == 1 && job.progress.completedUnitCount == 1)
+    }
+
+    @Test func anAsynchronousJobsUnitStaysOpenAfterExecuteReturnsUntilFinish() async {
+        let readings = Log<Double>()
+        let bodyDone = DispatchSemaphore(value: 0)
+        let job = AsyncBlockJob { job in
+            let progress = job.progress
+            DispatchQueue.global().async {
+                bodyDone.wait()  // the body has reached its end
+                readings.append(progress.fractionCompleted)
+                job.finish()
+                readings.append(progress.fractionCompleted)
+            }
+            bodyDone.signal()
+        }
+        let queue = JobQueue(name: "progress-async")
+        queue.addJob(job)
+        await job.waitUntilFinished()
+        #expect(readings.values == [0, 1.0])
+    }
+
+    @Test func aJobReportsItsOwnStepsAndEndsCompleteWhateverItReached() async {
+        let seen = Log<Int64>()
+        let job = AsyncBlockJob { job in
+            job.progress.totalUnitCount = 10
+            for step in 1...4 { job.progress.completedUnitCount = Int64(step) }
+            job.finish()  // at 4 of 10: finishing completes it
+        }
+        let progress = job.progress
+        progress.observe { seen.append($0.completedUnitCount) }
+        let queue = JobQueue(name: "progress-steps")
+        queue.addJob(job)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(progress.totalUnitCount == 10 && progress.completedUnitCount == 10)
+        #expect(progress.fractionCompleted == 1.0)
+        #expect(seen.values.last == 10)
+        progress.completedUnitCount = 3  // after finishing: no effect
+        #expect(progress.completedUnitCount == 10)
+    }
+
+    @Test func aQueuesProgressReachesExactlyOneAndNeverGoesBackWhileItsTotalIsFixed() async {
+        let queue = JobQueue(name: "progress-queue", maxConcurrentJobCount: 4)
+        queue.isSuspended = true
+        let progress = queue.progress
+        var expectedTotal: Int64 = 0
+        for index in 0..<2_000 {
+            let job: Job
+            let units: Int64 = index % 4 == 0 ? 5 : 1
+            if index % 4 == 0 {
+                // Five units, advanced from its work; the total is set before it is added.
+                let stepped = BlockJob {}
+                stepped.progress.totalUnitCount = 5
+                stepped.addExecutionBlock { for step in 1...5 { stepped.progress.completedUnitCount = Int64(step) } }
+                job = stepped
+            } else if index % 4 == 1 {
+                let asynchronous = AsyncBlockJob { job in DispatchQueue.global().async { job.finish() } }
+                job = asynchronous
+            } else {
+                job = BlockJob {}
+            }
+            if index % 97 == 0 {
+                job.cancel()  // finished before it is added: not counted
+            } else {
+                expectedTotal += units
+            }
+            queue.addJob(job)
+        }
+        #expect(progress.totalUnitCount == expectedTotal)
+        let total = progress.totalUnitCount
+        let watch = FractionWatch(progress)
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        await watch.drain()
+        #expect(watch.drops.values.isEmpty)
+        #expect(watch.readings > 0)
+        #expect(progress.totalUnitCount == total)
+        #expect(progress.completedUnitCount == total)
+        #expect(progress.fractionCompleted == 1.0)
+    }
+
+    @Test func addingAJobToAnIdleQueueStartsANewCount() async {
+        let queue = JobQueue(name: "progress-new-count")
+        queue.addJobs([BlockJob {}, BlockJob {}, BlockJob {}], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        // Asked for only now: the three jobs of this count finished already, as units.
+        let progress = queue.progress
+        #expect(progress.totalUnitCount == 3 && progress.completedUnitCount == 3)
+        queue.isSuspended = true
+        queue.addJob(BlockJob {})
+        #expect(progress.totalUnitCount == 1 && progress.completedUnitCount == 0)
+        queue.addJob(BlockJob {})
+        #expect(progress.totalUnitCount == 2 && progress.fractionCompleted == 0)
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(progress.fractionCompleted == 1.0)
+    }
+
+    @Test func aJobAskedForItsProgressOnAQueueCountsWithItsUnits() async {
+        let queue = JobQueue(name: "progress-late-job")
+        queue.isSuspended = true
+        let job = BlockJob {}
+        queue.addJob(job)
+        let queueProgress = queue.progress
+        job.progress.totalUnitCount = 4  // the queue counted it as one unit; now four
+        #expect(queueProgress.totalUnitCount == 4)
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(queueProgress.completedUnitCount == 4 && queueProgress.fractionCompleted == 1.0)
+    }
+
+    @Test func aGroupWeighsItsChildrenByTheirTotals() async {
+        let release = Signal()
+        let big = AsyncBlockJob { job in
+            job.progress.completedUnitCount = 2
+            Task {
+                await release.wait()
+                job.finish()
+            }
+        }
+        big.progress.totalUnitCount = 6
+        let small = BlockJob {}
+        let group = GroupJob(name: "weighted", maxConcurrentJobCount: 2, jobs: [big, small])
+        #expect(group.progress.totalUnitCount == 7 && group.progress.completedUnitCount == 0)
+        let produced = Log<Int64>()
+        let producer = BlockJob {}
+        producer.addExecutionBlock { producer.produce(BlockJob {}) }
+        group.addChild(producer)
+        let queue = JobQueue(name: "progress-group")
+        let queueProgress = queue.progress
+        let reachedThree = Signal()
+        group.progress.observe { progress in
+            produced.append(progress.completedUnitCount)
+            if progress.completedUnitCount >= 3 { reachedThree.fire() }
+        }
+        queue.addJob(group)
+        await reachedThree.wait()  // big at 2 of 6, small done; the producer may be too
+        #expect(group.progress.completedUnitCount >= 3 && group.progress.fractionCompleted < 1)
+        release.fire()
+        await group.waitUntilFinished()
+        // big 6 + small 1 + producer 1 + the job it produced 1.
+        #expect(group.progress.totalUnitCount == 9 && group.progress.completedUnitCount == 9)
+        #expect(queueProgress.totalUnitCount == 9 && queueProgress.fractionCompleted == 1.0)
+    }
+
+    @Test func cancelledJobsAndAnEmptyGroupComplete() async {
+        let queue = JobQueue(name: "progress-cancelled")
+        queue.isSuspended = true
+        let progress = queue.progress
+        let cancelled = BlockJob {}
+        let empty = GroupJob(name: "empty")
+        queue.addJobs([cancelled, empty], waitUntilFinished: false)
+        cancelled.cancel()
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(cancelled.progress.fractionCompleted == 1.0)
+        #expect(empty.progress.fractionCompleted == 1.0)
+        #expect(progress.fractionCompleted == 1.0)
+    }
+
+    @Test func observersRunOutsideTheEngineWithNoWorkerContextAndCanBeRemoved() async {
+        let calls = Counter()
+        let contexts = Log<String>()
+        let called = Signal()
+        let job = BlockJob {}
+        let progress = job.progress
+        let token = progress.observe { progress in
+            calls.increment()
+            // Reading the job's state from an observer takes the engine lock: not held here.
+            contexts.append("\(JobQueue.current == nil) \(job.state) \(progress.fractionCompleted)")
+            called.fire()
+        }
+        let queue = JobQueue(name: "progress-observer")
+        queue.addJob(job)
+        // Observers are not ordered against waiters: wait for the call itself.
+        await called.wait()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(calls.value == 1, "\(contexts.values)")
+        #expect(contexts.values == ["true finished 1.0"])
+        progress.removeObserver(token)
+        let other = BlockJob {}
+        let otherProgress = other.progress
+        let removed = otherProgress.observe { _ in calls.increment() }
+        otherProgress.removeObserver(removed)
+        other.progress.totalUnitCount = 3  // reported on this thread, before the setter returns
+        #expect(calls.value == 1)
+    }
+}
