@@ -36,6 +36,9 @@ public final class GroupJob: Job, @unchecked Sendable {
     private var unfinished = 0
     private var failures: [(job: String, error: any Error)] = []
     private var didExecute = false
+    /// Set when the group was refused its exclusivity categories (`Job._refuseToRun`): children
+    /// added from then on are cancelled, as for a cancelled group.
+    private var isRefused = false
     /// Set, in the critical section that finds every child finished after the group executed: the
     /// group is finishing, and takes no more children.
     private var isSealed = false
@@ -66,24 +69,30 @@ public final class GroupJob: Job, @unchecked Sendable {
         }
         var actions = _Actions()
         engineLock.lock()
-        if (_state == .finished || isSealed) && !_isCancelled {
+        if (_state == .finished || isSealed) && !_isCancelled && !isRefused {
             let name = _describeLocked
             engineLock.unlock()
             _trap("GroupJob.addChild(_:): '\(name)' has already finished; add children before it finishes")
         }
-        let cancelled = _isCancelled
+        let cancelled = _isCancelled || isRefused
         job._extrasLocked.parentGroup = self
         // Every child counts in the group's progress with its units, a finished one as complete.
         if let progress = _extras?.progress, progress.storage.read({ !$0.finished }) {
             progress._adoptLocked(job._progressLocked(&actions), &actions)
         }
-        // Counted and observed in one critical section, so that it cannot finish unobserved. A job
-        // that already finished counts as a finished child.
-        var observed = false
+        // Counted, observed and put on the queue of children in one critical section: it cannot
+        // finish unobserved, and a cancellation or refusal of the group, which cancels what is on
+        // that queue under the same lock, cannot miss it. A job that already finished counts as a
+        // finished child.
         if !cancelled {
-            observed = job._observeLocked(handler)
-            if observed {
+            if job._observeLocked(handler) {
+                if let problem = children._enqueueLocked(job, &actions) {
+                    engineLock.unlock()
+                    _trap("GroupJob.addChild(_:): \(problem)")
+                }
                 unfinished += 1
+                actions.touch(children)
+                actions.planWorkersLocked()
             } else if job._lifecycle.outcome == .failed, let error = job._outcomeDetails?.error {
                 failures.append((job._describeLocked, error))
             }
@@ -93,8 +102,6 @@ public final class GroupJob: Job, @unchecked Sendable {
         if cancelled {
             // Nothing will run it: the group is over, or its children are being cancelled.
             job.cancel(reason: parentReason)
-        } else if observed {
-            children.addJob(job)
         }
     }
 
@@ -159,6 +166,7 @@ public final class GroupJob: Job, @unchecked Sendable {
     func _cancelChildrenBecauseRefused() {
         engineLock.lock()
         isSealed = true
+        isRefused = true
         engineLock.unlock()
         children._cancelAllJobs(reason: parentReason)
     }

@@ -68,7 +68,10 @@ extension Job {
             refusedGroup._cancelChildrenBecauseRefused()
         }
         let situation = "names the exclusivity category '\(category)', which"
-        _finish(failure: JobError(code: .categoryNotHeldByGroup, jobs: [self, group], situation: situation))
+        // A job cancelled meanwhile keeps its own reason, as any cancelled job does.
+        _finish(
+            failure: isCancelled
+                ? nil : JobError(code: .categoryNotHeldByGroup, jobs: [self, group], situation: situation))
     }
 }
 

@@ -68,12 +68,15 @@ final class _JobExtras: @unchecked Sendable {
     }
 
     /// What a finished job keeps of its extras: only its progress, if it has one (so that the
-    /// object stays the job's); everything else is released.
+    /// object stays the job's; it has released its observers); everything else is released.
     var _keptAfterFinishing: _JobExtras? {
-        guard let progress else { return nil }
-        let kept = _JobExtras()
-        kept.progress = progress
-        return kept
+        progress.map(_JobExtras.init(keeping:))
+    }
+
+    /// Extras that hold only `progress`: a finished job's.
+    convenience init(keeping progress: JobProgress) {
+        self.init()
+        self.progress = progress
     }
 }
 

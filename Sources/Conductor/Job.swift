@@ -471,6 +471,7 @@ open class Job: @unchecked Sendable {
             }
         }
         var hasCallbacks = false
+        var ownProgress: JobProgress?
         if let extras = _extras {
             if _isExclusive {
                 _exclusivity.leaveLocked(self, extras, &actions)
@@ -484,6 +485,7 @@ open class Job: @unchecked Sendable {
                 actions.cancelAfterUnlocking(timer)
             }
             if let progress = extras.progress {
+                ownProgress = progress
                 progress._finishLocked(&actions)
             }
             if extras.hasCallbacks {
@@ -491,7 +493,7 @@ open class Job: @unchecked Sendable {
             } else {
                 // Only waiters: nobody to call, so wake them now and settle without a delivery round.
                 extras.resumeWaiters(&actions)
-                _extras = extras._keptAfterFinishing
+                _extras = nil
             }
         }
         _callbacksPending = hasCallbacks
@@ -506,6 +508,7 @@ open class Job: @unchecked Sendable {
                     _extras!.settleQueue = queue
                 }
                 queue._jobLeftLocked(self, wasExecuting: wasExecuting, settlesNow: !hasCallbacks, &actions)
+                queue._countLeavingLocked(self, ownProgress: ownProgress, &actions)
             }
         }
 
@@ -518,6 +521,11 @@ open class Job: @unchecked Sendable {
         actions.drop(&_dependents)
         actions.drop(&_dependencies)
         _postLocked(.finished, &actions)
+        if let ownProgress, _extras == nil {
+            // After `.finished` was posted, so that a job with nothing to deliver has no delivery
+            // round: the job keeps its progress object and nothing else.
+            _extras = _JobExtras(keeping: ownProgress)
+        }
         actions.cancelDependentsLocked()
     }
 

@@ -10,6 +10,9 @@
 /// - ``JobQueue/progress``: the sum over the jobs added since the queue was last idle; adding a job
 ///   to an idle queue starts a new count.
 ///
+/// A progress counts in one place: a job toward its group, or else its queue, with its total and
+/// at most its total completed.
+///
 /// Reading is cheap: it takes a small lock of the progress object's own, never the engine's, so it
 /// never holds up any job. ``fractionCompleted`` never goes backwards while ``totalUnitCount`` is
 /// unchanged (unless the owning job sets ``completedUnitCount`` lower itself), and it is exactly
@@ -57,7 +60,9 @@ public final class JobProgress: Sendable {
     }
 
     /// Calls `handler` after every change of the counts, with this object, outside every lock.
-    /// Keep the token to remove it with ``removeObserver(_:)``.
+    /// Keep the token to remove it with ``removeObserver(_:)``. A job's (or a group's) progress
+    /// reports its completion when the job finishes and then releases its observers; observing a
+    /// finished progress registers nothing.
     @discardableResult
     public func observe(_ handler: @escaping @Sendable (JobProgress) -> Void) -> JobObserverToken {
         storage.addObserver(handler)
@@ -93,21 +98,39 @@ public final class JobProgress: Sendable {
     }
 
     /// Sets the counts given, and adds the differences to every progress above this one, noting
-    /// each that has observers in `actions`. O(depth).
+    /// each that has observers in `actions`. A finished progress never changes again, and a parent
+    /// that has finished takes no more differences (its finish counted everything). A progress
+    /// counts toward its parent with at most its total completed. O(depth).
     func _changeLocked(total: Int64? = nil, completed: Int64? = nil, finished: Bool = false, _ actions: inout _Actions)
     {
-        let (deltaTotal, deltaCompleted) = storage.update(total: total, completed: completed, finished: finished)
-        if storage.hasObservers { actions.notifyProgress(self) }
+        guard
+            let change = storage.update(
+                finishing: finished,
+                { values in
+                    if let total { values.total = total }
+                    if let completed { values.completed = completed }
+                })
+        else { return }
+        if let handlers = change.handlers { actions.notifyProgress(self, handlers) }
+        var (deltaTotal, deltaCompleted) = (change.deltaTotal, change.deltaCompleted)
         var node = storage.parent
         while let parent = node, deltaTotal != 0 || deltaCompleted != 0 {
-            _ = parent.storage.add(total: deltaTotal, completed: deltaCompleted)
-            if parent.storage.hasObservers { actions.notifyProgress(parent) }
+            guard
+                let parentChange = parent.storage.update(
+                    finishing: false,
+                    { values in
+                        values.total += deltaTotal
+                        values.completed += deltaCompleted
+                    })
+            else { break }
+            if let handlers = parentChange.handlers { actions.notifyProgress(parent, handlers) }
+            (deltaTotal, deltaCompleted) = (parentChange.deltaTotal, parentChange.deltaCompleted)
             node = parent.storage.parent
         }
     }
 
     /// The owning job finished: its progress is complete (one unit of one if its total was 0), and
-    /// stays so.
+    /// stays so. Its observers get this last change, and are released after it.
     func _finishLocked(_ actions: inout _Actions) {
         let total = max(storage.read { $0.total }, 1)
         _changeLocked(total: total, completed: total, finished: true, &actions)
@@ -116,11 +139,11 @@ public final class JobProgress: Sendable {
     /// Counts `child`'s units in this one (a group's or a queue's) from now on.
     func _adoptLocked(_ child: JobProgress, _ actions: inout _Actions) {
         child._parentLocked = self
-        let (total, completed) = child.storage.read { ($0.total, $0.completed) }
+        let (total, completed) = child.storage.read { ($0.total, min($0.completed, $0.total)) }
         _addLocked(total: total, completed: completed, &actions)
     }
 
-    /// Adds units (a job without a progress object of its own counts as one) to this progress and
+    /// Adds units (a job without a progress of its own counts as one) to this progress and
     /// those above it.
     func _addLocked(total: Int64, completed: Int64, _ actions: inout _Actions) {
         let (current, done) = storage.read { ($0.total, $0.completed) }
@@ -132,12 +155,9 @@ public final class JobProgress: Sendable {
         _changeLocked(total: 0, completed: 0, &actions)
     }
 
-    /// Runs the observers; called by `_Actions.perform()` after unlocking.
-    func _notifyObservers() {
-        for handler in storage.handlers() {
-            handler(self)
-        }
-    }
+    /// The observers to call for a change, taken under the lock; called after unlocking by
+    /// `_Actions.perform()`.
+    typealias Handler = @Sendable (JobProgress) -> Void
 }
 
 /// The counts and observers of a ``JobProgress``.
@@ -155,8 +175,6 @@ final class _ProgressStorage: @unchecked Sendable {
     private var values: Values
     private var observers: [(token: JobObserverToken, handler: @Sendable (JobProgress) -> Void)] = []
     private var nextObserverID: UInt64 = 1
-    /// Read under `engineLock` without `lock`: written only under `engineLock` too.
-    @exclusivity(unchecked) private(set) var hasObservers = false
     var parent: JobProgress?
 
     init(total: Int64, completed: Int64, finished: Bool) {
@@ -169,24 +187,36 @@ final class _ProgressStorage: @unchecked Sendable {
         return body(values)
     }
 
-    /// Sets the values given and returns the differences. Call with `engineLock` held.
-    func update(total: Int64?, completed: Int64?, finished: Bool) -> (Int64, Int64) {
-        lock.lock()
-        defer { lock.unlock() }
-        let old = values
-        if let total { values.total = total }
-        if let completed { values.completed = completed }
-        if finished { values.finished = true }
-        return (values.total - old.total, values.completed - old.completed)
+    /// What one change did: the differences this progress makes to its parent's counts (its
+    /// total, and its completed units up to its total), and the observers to tell, if any.
+    struct Change {
+        var deltaTotal: Int64
+        var deltaCompleted: Int64
+        var handlers: [JobProgress.Handler]?
     }
 
-    /// Adds to the values. Call with `engineLock` held.
-    func add(total: Int64, completed: Int64) -> Values {
+    /// Applies `body` to the values, unless the progress has finished (then `nil`). With
+    /// `finishing`, it finishes, and its observers are handed over (and so released after the
+    /// last report). Call with `engineLock` held.
+    func update(finishing: Bool, _ body: (inout Values) -> Void) -> Change? {
         lock.lock()
         defer { lock.unlock() }
-        values.total += total
-        values.completed += completed
-        return values
+        guard !values.finished else { return nil }
+        let old = values
+        body(&values)
+        let changed = old.total != values.total || old.completed != values.completed
+        var handlers: [JobProgress.Handler]?
+        if finishing {
+            values.finished = true
+            if !observers.isEmpty { handlers = observers.map(\.handler) }
+            observers = []
+        } else if changed && !observers.isEmpty {
+            handlers = observers.map(\.handler)
+        }
+        return Change(
+            deltaTotal: values.total - old.total,
+            deltaCompleted: min(values.completed, values.total) - min(old.completed, old.total),
+            handlers: handlers)
     }
 
     func addObserver(_ handler: @escaping @Sendable (JobProgress) -> Void) -> JobObserverToken {
@@ -194,8 +224,10 @@ final class _ProgressStorage: @unchecked Sendable {
         lock.lock()
         let token = JobObserverToken(id: nextObserverID)
         nextObserverID += 1
-        observers.append((token, handler))
-        hasObservers = true
+        // A finished progress never changes again: nothing to register.
+        if !values.finished {
+            observers.append((token, handler))
+        }
         lock.unlock()
         engineLock.unlock()
         return token
@@ -205,16 +237,9 @@ final class _ProgressStorage: @unchecked Sendable {
         engineLock.lock()
         lock.lock()
         let removed = observers.firstIndex { $0.token == token }.map { observers.remove(at: $0) }
-        hasObservers = !observers.isEmpty
         lock.unlock()
         engineLock.unlock()
         _ = removed  // the handler is released here, after unlocking
-    }
-
-    func handlers() -> [@Sendable (JobProgress) -> Void] {
-        lock.lock()
-        defer { lock.unlock() }
-        return observers.map(\.handler)
     }
 }
 
@@ -244,7 +269,9 @@ extension Job {
         }
         let progress = JobProgress(kind: .job, total: 1, completed: 0)
         _extrasLocked.progress = progress
-        if let queueProgress = _queue?._withUnsafeGuaranteedRef({ $0._progress }) {
+        // A group's child counts in its group (`GroupJob.addChild` adopts it), never in the
+        // progress of its group's queue of children.
+        if _extras?.parentGroup == nil, let queueProgress = _queue?._withUnsafeGuaranteedRef({ $0._progress }) {
             progress._parentLocked = queueProgress
         }
         return progress
@@ -264,19 +291,21 @@ extension JobQueue {
             engineLock.unlock()
             return progress
         }
-        let progress = JobProgress(kind: .queue, total: 0, completed: 0)
         let finishedSinceIdle = Int64(_addedSinceIdle - _jobCount)
         var total = Int64(_addedSinceIdle)
         var completed = finishedSinceIdle
-        // O(jobs) once: members with a progress of their own count with their units.
+        var adopted: [JobProgress] = []
+        // O(jobs) once: members with a progress of their own that counts nowhere else count with
+        // their units.
         for job in _membersLocked() {
-            guard let own = job._extras?.progress else { continue }
-            own._parentLocked = progress
-            let (ownTotal, ownCompleted) = own.storage.read { ($0.total, $0.completed) }
+            guard let own = job._extras?.progress, own._parentLocked == nil else { continue }
+            adopted.append(own)
+            let (ownTotal, ownCompleted) = own.storage.read { ($0.total, min($0.completed, $0.total)) }
             total += ownTotal - 1
             completed += ownCompleted
         }
-        _ = progress.storage.update(total: total, completed: completed, finished: false)
+        let progress = JobProgress(kind: .queue, total: total, completed: completed)
+        for own in adopted { own._parentLocked = progress }
         _progress = progress
         engineLock.unlock()
         return progress
@@ -296,18 +325,20 @@ extension JobQueue {
     @inline(never)
     private func _countJoiningInProgressLocked(_ progress: JobProgress, _ job: Job, _ actions: inout _Actions) {
         if _jobCount == 0 { progress._resetLocked(&actions) }
-        if let own = job._extras?.progress {
+        // A progress counts toward one parent: a group's child, on its group's queue of children,
+        // counts in its group's progress, so here it is a plain unit.
+        if let own = job._extras?.progress, own._parentLocked == nil {
             progress._adoptLocked(own, &actions)
         } else {
             progress._addLocked(total: 1, completed: 0, &actions)
         }
     }
 
-    /// `job` finished and leaves the queue: a job without a progress of its own completes its one
-    /// unit here (one with a progress completed it when it finished). Call with `engineLock` held.
+    /// `job` finished and leaves the queue: unless its own progress counts here (and completed
+    /// when it finished), its one unit completes now. Call with `engineLock` held.
     @inline(__always)
-    func _countLeavingLocked(_ job: Job, _ actions: inout _Actions) {
-        if let progress = _progress, job._extras?.progress == nil {
+    func _countLeavingLocked(_ job: Job, ownProgress: JobProgress?, _ actions: inout _Actions) {
+        if let progress = _progress, ownProgress?._parentLocked !== progress {
             progress._addLocked(total: 0, completed: 1, &actions)
         }
     }

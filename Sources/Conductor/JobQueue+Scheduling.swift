@@ -112,7 +112,6 @@ extension JobQueue {
             _ready.remove(job, &actions)
         }
         _unlinkLocked(job)
-        _countLeavingLocked(job, &actions)
         if job._admitted {
             job._admitted = false
             _activeUnfinished -= 1

@@ -86,9 +86,10 @@ struct _Actions {
             || !overflow.progressNotifications.isEmpty
     }
 
-    /// Runs `progress`'s observers after unlocking: its counts changed.
-    mutating func notifyProgress(_ progress: JobProgress) {
-        more.progressNotifications.append(progress)
+    /// Calls `handlers` with `progress` after unlocking: its counts changed. The handlers are
+    /// released after that, outside the lock, too.
+    mutating func notifyProgress(_ progress: JobProgress, _ handlers: [JobProgress.Handler]) {
+        more.progressNotifications.append((progress, handlers))
     }
 
     /// Queues `job`'s cancellation: its `.requireSuccess` dependency `dependency` finished with
@@ -265,8 +266,8 @@ final class _ActionsOverflow {
     /// Jobs whose conditions are due for evaluation, and evaluations of jobs that finished first.
     var conditionEvaluations: [Job] = []
     var tasksToCancel: [Task<Void, Never>] = []
-    /// Progress objects whose counts changed and that have observers.
-    var progressNotifications: [JobProgress] = []
+    /// Progress objects whose counts changed, with the observers to tell.
+    var progressNotifications: [(JobProgress, [JobProgress.Handler])] = []
 
     func touch(_ queue: JobQueue) {
         // A set, not a scan of the list: a cascade across many queues touches each once, in O(1).
@@ -297,8 +298,8 @@ final class _ActionsOverflow {
             // Callbacks run with no worker context, whichever thread runs them: `JobQueue.current`
             // is `nil` there, and a wait from a callback is not mistaken for a job waiting for itself.
             _ThreadContext.withContext(queue: nil, job: nil) {
-                for progress in progressNotifications {
-                    progress._notifyObservers()
+                for (progress, handlers) in progressNotifications {
+                    for handler in handlers { handler(progress) }
                 }
                 for job in deliveries {
                     job._deliverEvents()

@@ -13,16 +13,18 @@ extension Progress {
     /// ```
     ///
     /// The bridge goes one way: setting the Foundation object's counts does not change the job's.
-    /// The `Progress` is held weakly by the observer it installs, which stays on `progress` (doing
-    /// nothing once the `Progress` is gone) until `progress` itself is released. A finished job's
+    /// The `Progress` is held weakly by the observer it installs, which removes itself at the first
+    /// change after the `Progress` is gone (and a job's progress drops its observers when the job
+    /// finishes). A finished job's
     /// progress reads 1 of 1 unit at least, so the `Progress` reaches a `fractionCompleted` of 1.0.
     public convenience init(_ progress: JobProgress) {
         self.init(totalUnitCount: progress.totalUnitCount)
         completedUnitCount = progress.completedUnitCount
         let target = _WeakProgress(self)
-        progress.observe { progress in
+        let token = progress.observe { progress in
             target.update(from: progress)
         }
+        target.token.withLock { $0 = token }
         // A change between the first copy and the observer's installation: copy again.
         target.update(from: progress)
     }
@@ -39,6 +41,8 @@ private final class _WeakProgress: @unchecked Sendable {
     private let isDirty = Atomic<Bool>(false)
     /// Owned by the one thread copying counts into `progress`.
     private let isCopying = Atomic<Bool>(false)
+    /// The observer's token, to remove it once the `Progress` is gone.
+    let token = _LockedValue<JobObserverToken?>(nil)
 
     init(_ progress: Progress) {
         self.progress = progress
@@ -47,6 +51,11 @@ private final class _WeakProgress: @unchecked Sendable {
     /// Copies `source`'s counts, or leaves it to the thread already copying, which copies again
     /// before it stops: the newest counts always end up in the `Progress`.
     func update(from source: JobProgress) {
+        if progress == nil {
+            // The `Progress` is gone: stop observing (outside the token's lock).
+            if let token = token.withLock({ $0.take() }) { source.removeObserver(token) }
+            return
+        }
         isDirty.store(true, ordering: .sequentiallyConsistent)
         while isDirty.load(ordering: .sequentiallyConsistent) {
             guard isCopying.compareExchange(expected: false, desired: true, ordering: .sequentiallyConsistent).exchanged

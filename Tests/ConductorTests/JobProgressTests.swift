@@ -227,4 +227,81 @@ private final class FractionWatch: Sendable {
         other.progress.totalUnitCount = 3  // reported on this thread, before the setter returns
         #expect(calls.value == 1)
     }
+
+    @Test func aGroupCancelledBeforeItStartsCountsEachChildOnce() async {
+        let queue = JobQueue(name: "progress-group-cancelled")
+        queue.isSuspended = true
+        let progress = queue.progress
+        let group = GroupJob(name: "cancelled early", jobs: [BlockJob {}, BlockJob {}])
+        queue.addJobs([group, BlockJob {}], waitUntilFinished: false)
+        #expect(progress.totalUnitCount == 3 && progress.completedUnitCount == 0)
+        group.cancel()  // finishes the group, and its children, in one step
+        #expect(progress.totalUnitCount == 3 && progress.completedUnitCount == 2)
+        #expect(group.progress.totalUnitCount == 2 && group.progress.completedUnitCount == 2)
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(progress.totalUnitCount == 3 && progress.completedUnitCount == 3)
+    }
+
+    @Test func aChildAskingForItsQueuesProgressStillCountsInItsGroup() async {
+        let seen = Log<Int64>()
+        let groupBox = Locked<GroupJob?>(nil)
+        let first = BlockJob { _ = JobQueue.current?.progress }  // the group's queue of children
+        let second = AsyncBlockJob { job in
+            seen.append(groupBox.withLock { $0 }?.progress.completedUnitCount ?? -1)
+            job.finish()
+        }
+        let group = GroupJob(name: "counted", maxConcurrentJobCount: 1)
+        groupBox.withLock { $0 = group }
+        group.addChild(first)
+        group.addChild(second)
+        let queue = JobQueue(name: "progress-children-queue")
+        queue.addJob(group)
+        await group.waitUntilFinished()
+        // While `second` ran, `first` had finished and counted in the group.
+        #expect(seen.values == [1])
+        #expect(group.progress.completedUnitCount == 2)
+    }
+
+    @Test func aFinishedJobsProgressReleasesItsObserversAfterTheLastReport() async {
+        final class Captured: Sendable {}
+        var captured: Captured? = Captured()
+        let weak = WeakReference(captured)
+        let reports = Counter()
+        let job = BlockJob {}
+        job.progress.observe { [captured] _ in
+            _ = captured
+            reports.increment()
+        }
+        captured = nil
+        let reported = Signal()
+        job.progress.observe { _ in reported.fire() }
+        let queue = JobQueue(name: "progress-observers-released")
+        queue.addJob(job)
+        await reported.wait()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(reports.value == 1)
+        #expect(weak.object == nil)
+        // A finished progress never changes: observing it registers nothing.
+        job.progress.observe { _ in reports.increment() }
+        #expect(reports.value == 1)
+    }
+
+    @Test func aJobCountsAtMostItsTotalTowardItsQueue() async {
+        let queue = JobQueue(name: "progress-clamped", maxConcurrentJobCount: 1)
+        queue.isSuspended = true
+        let progress = queue.progress
+        let seen = Log<Int64>()
+        let eager = BlockJob {}
+        eager.progress.totalUnitCount = 2
+        eager.addExecutionBlock {
+            eager.progress.completedUnitCount = 5  // more than its total
+            seen.append(progress.completedUnitCount)
+        }
+        queue.addJobs([eager, BlockJob {}], waitUntilFinished: false)
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(seen.values == [2])
+        #expect(progress.totalUnitCount == 3 && progress.completedUnitCount == 3)
+    }
 }
