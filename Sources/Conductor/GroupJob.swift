@@ -54,6 +54,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         if let name { self.name = name }
         engineLock.withLock {
             _extrasLocked.progress = JobProgress(kind: .group, total: 0, completed: 0)
+            children._owningGroup = self
         }
         for job in jobs {
             addChild(job)
@@ -103,6 +104,14 @@ public final class GroupJob: Job, @unchecked Sendable {
             // Nothing will run it: the group is over, or its children are being cancelled.
             job.cancel(reason: parentReason)
         }
+    }
+
+    override func _executingDetailLocked(now: UInt64) -> _DeferredText? {
+        let waiting = children._membersLocked()
+        let list = _listing(waiting) { "'\($0._describeLocked)' \($0._statusLocked(now: now, withQueue: false))" }
+        return _DeferredText(
+            "group: it waits for \(unfinished) unfinished \(unfinished == 1 ? "child" : "children") on '\(children._displayNameLocked)' (\(children._summaryLocked)): \(list)"
+        )
     }
 
     /// The jobs of the group that have not finished yet (children and produced jobs).

@@ -54,6 +54,8 @@ final class _JobExtras: @unchecked Sendable {
     /// The job's time limit (``Job/timeout``), and the timer counting it down while it executes.
     var timeout: Duration?
     var timer: DispatchSourceTimer?
+    /// What the job's work is blocked on in a `waitUntil…` call, while it is (diagnostics).
+    var blockedOn: _BlockedOn?
 
     /// Whether finishing has user code to run (observers, a completion block) or must go through the
     /// delivery already running on another thread, so that events keep their order.
@@ -179,14 +181,17 @@ extension Job {
         _trapIfWaitingForItselfLocked()
         let semaphore = DispatchSemaphore(value: 0)
         _extrasLocked.waiters.append(.semaphore(semaphore))
+        let waiter = Job._beginBlockedWaitLocked(on: .job(self))
         engineLock.unlock()
         semaphore.wait()
+        Job._endBlockedWait(of: waiter)
     }
 
     /// Suspends until the job has finished and its completion block has run.
     ///
     /// Cancelling the waiting task does not end the wait; cancel the job instead.
     public func waitUntilFinished() async {
+        var waiter: Job?
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             engineLock.lock()
             if _state == .finished && !_callbacksPending {
@@ -196,8 +201,10 @@ extension Job {
             }
             _trapIfWaitingForItselfLocked()
             _extrasLocked.waiters.append(.continuation(continuation))
+            waiter = Job._beginBlockedWaitLocked(on: .job(self))
             engineLock.unlock()
         }
+        Job._endBlockedWait(of: waiter)
     }
 
     /// Traps, after unlocking, when the caller is this job's own work: a synchronous job's

@@ -78,7 +78,11 @@ open class Job: @unchecked Sendable {
     /// `_withUnsafeGuaranteedRef`, so the hot paths do not touch the queue's reference count,
     /// which every worker and producer would otherwise contend on.
     @exclusivity(unchecked) var _queue: Unmanaged<JobQueue>?
-    /// Non-zero while this job has a live entry in its queue's ready buckets.
+    /// While the job is in its queue's ready line, its ticket there (non-zero, below
+    /// `_DiagnosticClock.startStamp`); from the moment it starts executing, the time it started,
+    /// with that bit set (`_startedAtLocked`). One field for both, because a job is never in line
+    /// and executing at once, and a separate one would move `BlockJob` to a larger malloc size class.
+    /// Tickets count up from 1 per queue and never reach the top bit.
     @exclusivity(unchecked) var _readyTicket: UInt64 = 0
     /// Links of the queue's insertion-ordered membership list. Not retained: the queue holds one
     /// manual retain per member (see `JobQueue._linkLocked`).
@@ -389,6 +393,7 @@ open class Job: @unchecked Sendable {
 
     /// The job is about to run: `ready → executing`.
     func _beginExecutingLocked(_ actions: inout _Actions) {
+        _readyTicket = _DiagnosticClock.startStamp | _DiagnosticClock.now()
         if _lifecycle.started() {
             _postLocked(.ready, &actions)
         }
@@ -544,6 +549,13 @@ open class Job: @unchecked Sendable {
 
     /// The runner of the job's `async` body, for jobs that have one (``TaskJob``, ``ValueJob``).
     var _taskRunner: _TaskRunner? { nil }
+
+    /// What an executing job of a composite kind waits for, for ``explain()``; `nil` for plain
+    /// jobs. Overridden by ``GroupJob`` and ``RetryJob``. Call with `engineLock` held.
+    func _executingDetailLocked(now: UInt64) -> _DeferredText? {
+        guard _taskRunner != nil else { return nil }
+        return _DeferredText("finish(): its task is running; the job finishes when the task ends")
+    }
 
     /// The job settled: counts it down in its batch wait, and wakes the batch's waiter if it was
     /// the last. Call with `engineLock` held.

@@ -91,14 +91,14 @@ extension JobQueue {
 
     /// `job`, a member, is no longer ready (it gained a dependency): out of line.
     func _jobLeftReadyLocked(_ job: Job, _ actions: inout _Actions) {
-        if job._readyTicket != 0 {
+        if job._isInLine {
             _ready.remove(job, &actions)
         }
     }
 
     /// `job`'s priority changed: if it is in line, it moves to the back of its new priority level.
     func _jobPriorityChangedLocked(_ job: Job, _ actions: inout _Actions) {
-        if job._readyTicket != 0 {
+        if job._isInLine {
             _ready.remove(job, &actions)
             _ready.push(job)
         }
@@ -108,7 +108,7 @@ extension JobQueue {
     func _jobLeftLocked(_ job: Job, wasExecuting: Bool, settlesNow: Bool, _ actions: inout _Actions) {
         if wasExecuting {
             _executing -= 1
-        } else if job._readyTicket != 0 {
+        } else if job._isInLine {
             _ready.remove(job, &actions)
         }
         _unlinkLocked(job)

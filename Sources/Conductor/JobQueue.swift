@@ -83,6 +83,8 @@ public final class JobQueue: @unchecked Sendable {
     /// someone asked for it (``progress``).
     @exclusivity(unchecked) var _addedSinceIdle = 0
     @exclusivity(unchecked) var _progress: JobProgress?
+    /// The group whose children this queue runs, for diagnostics (a ``GroupJob``'s own queue).
+    @exclusivity(unchecked) weak var _owningGroup: GroupJob?
 
     /// Creates a queue.
     ///
@@ -352,12 +354,15 @@ public final class JobQueue: @unchecked Sendable {
         _trapIfWaitingForItselfLocked()
         let semaphore = DispatchSemaphore(value: 0)
         _waiters.append(.semaphore(semaphore))
+        let waiter = Job._beginBlockedWaitLocked(on: .queue(self))
         engineLock.unlock()
         semaphore.wait()
+        Job._endBlockedWait(of: waiter)
     }
 
     /// Suspends until every job added so far has finished and its completion block has run.
     public func waitUntilAllJobsAreFinished() async {
+        var waiter: Job?
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             engineLock.lock()
             if _unsettled == 0 {
@@ -367,8 +372,10 @@ public final class JobQueue: @unchecked Sendable {
             }
             _trapIfWaitingForItselfLocked()
             _waiters.append(.continuation(continuation))
+            waiter = Job._beginBlockedWaitLocked(on: .queue(self))
             engineLock.unlock()
         }
+        Job._endBlockedWait(of: waiter)
     }
 
     /// Traps, after unlocking, when the caller is a job of this queue (its work on this thread, or

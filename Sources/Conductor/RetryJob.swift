@@ -101,6 +101,17 @@ public final class RetryJob: Job, @unchecked Sendable {
         engineLock.withLock { attemptsMade }
     }
 
+    override func _executingDetailLocked(now: UInt64) -> _DeferredText? {
+        if delayTimer != nil {
+            return _DeferredText(
+                "finish(): attempt \(attemptsMade) of \(maxAttempts) failed; it waits out the backoff before the next")
+        }
+        guard let current else { return nil }
+        return _DeferredText(
+            "finish(): it waits for attempt \(attemptsMade) of \(maxAttempts), '\(current._describeLocked)' (\(current._statusLocked(now: now)))"
+        )
+    }
+
     public override func execute() {
         let queue = JobQueue.current
         engineLock.withLock { runningQueue = queue }

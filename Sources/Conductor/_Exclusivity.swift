@@ -180,6 +180,13 @@ final class _ExclusivityRegistry: @unchecked Sendable {
         return false
     }
 
+    /// Who holds category `name`, and who is first in line for it, for diagnostics. Call with
+    /// `engineLock` held.
+    func occupantsLocked(of name: String) -> (holder: Job?, first: Job?) {
+        guard let category = categories[name] else { return (nil, nil) }
+        return (category.holder, category.first())
+    }
+
     /// Why `names` cannot all be taken now, for messages: the first one held or with a line.
     /// Call with `engineLock` held.
     func obstacleLocked(_ names: [String]) -> String {

@@ -1,0 +1,145 @@
+extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
+    /// The queue's name (or `JobQueue#id`), limit, and how many jobs execute, are ready and wait:
+    /// `"network: limit 4, 4 executing, 2 ready, 7 pending"`, with `", suspended"` when it is.
+    public var description: String {
+        engineLock.withLock { "\(_displayNameLocked): \(_summaryLocked)" }
+    }
+
+    /// The ``description`` with the queue's ``id``, quality of service and the jobs by state.
+    public var debugDescription: String {
+        engineLock.withLock {
+            "JobQueue#\(id) '\(_displayNameLocked)': \(_summaryLocked), quality of service \(_qualityOfService)"
+        }
+    }
+
+    /// The queue's limit, its executing jobs (for how long each has run), its ready jobs by
+    /// priority, and its other jobs grouped by the reason they wait (the keywords of
+    /// ``Job/explain()``). Several lines, for people; a consistent snapshot taken in one critical
+    /// section.
+    ///
+    /// - Complexity: O(jobs on the queue).
+    public func explain() -> String {
+        engineLock.withLock { _explanationLocked(now: _DiagnosticClock.now()) }
+    }
+
+    // MARK: Engine snapshots (call with engineLock held)
+
+    /// "limit 4, 4 executing, 2 ready, 7 pending, suspended".
+    var _summaryLocked: String {
+        let limit = _maxConcurrentJobCount < 0 ? "default limit \(_limit)" : "limit \(_limit)"
+        let waiting = _jobCount - _executing - _ready.count
+        return "\(limit), \(_executing) executing, \(_ready.count) ready, \(waiting) pending"
+            + (_isSuspended ? ", suspended" : "")
+    }
+
+    /// The jobs executing on the queue, in the order they were added.
+    func _executingJobsLocked() -> [Job] {
+        _membersLocked().filter { $0._state == .executing }
+    }
+
+    /// Why `job`, a ready member, has not started: the barrier it waits behind, its unstarted
+    /// group, suspension, or the full limit; or that a worker is about to start it.
+    func _readyJobObstacleLocked(_ job: Job, now: UInt64) -> _WaitReason? {
+        if !job._admitted, let barrier = _epochs.first?.barrier, barrier !== job {
+            let name = barrier._describeLocked
+            return _WaitReason(
+                keyword: "barrier", short: "barrier '\(name)'",
+                long: _DeferredText(
+                    "it was added after barrier '\(name)' (\(barrier._statusLocked(now: now, withQueue: false))), which runs once every job added before it has finished"
+                ))
+        }
+        if job._isBarrier && !job._admitted {
+            return _WaitReason(
+                keyword: "barrier", short: "barrier waiting for \(_activeUnfinished) earlier jobs",
+                long: _DeferredText(
+                    "it is a barrier: it runs once the \(_activeUnfinished) unfinished jobs added before it have finished"
+                ))
+        }
+        if _isSuspended, let group = _owningGroup, group._lifecycle.isUnstarted {
+            let name = group._describeLocked
+            return _WaitReason(
+                keyword: "group", short: "group '\(name)' has not started",
+                long: _DeferredText(
+                    "its group '\(name)' has not started (\(group._statusLocked(now: now))); children run while their group executes"
+                ))
+        }
+        if _isSuspended {
+            return _WaitReason(
+                keyword: "suspended", short: "suspended queue",
+                long: _DeferredText("queue '\(_displayNameLocked)' is suspended; set isSuspended to false to resume it")
+            )
+        }
+        if _executing >= _limit {
+            let short = "limit: \(_executing) of \(_limit) slots taken"
+            if _limit == 0 {
+                return _WaitReason(
+                    keyword: "limit", short: short,
+                    long: _DeferredText("queue '\(_displayNameLocked)' has a limit of 0 and starts nothing"))
+            }
+            let executing = _executingJobsLocked()
+            let list = _listing(executing) { "'\($0._describeLocked)' \($0._runningTimeLocked(now: now))" }
+            return _WaitReason(
+                keyword: "limit", short: short,
+                long: _DeferredText(
+                    "\(_limit == 1 ? "the only slot" : "all \(_limit) slots") of queue '\(_displayNameLocked)' \(_limit == 1 ? "is" : "are") taken by \(executing.count) executing \(executing.count == 1 ? "job" : "jobs"): \(list)"
+                ))
+        }
+        guard job._isInLine else { return nil }
+        return _WaitReason(
+            keyword: "ready", short: "a worker is about to start it",
+            long: _DeferredText(
+                "nothing holds it back: a worker is about to start it (if this lasts, Dispatch has no thread free to run the worker)"
+            ))
+    }
+
+    /// The whole explanation (see ``explain()``).
+    func _explanationLocked(now: UInt64) -> String {
+        var lines = ["Queue '\(_displayNameLocked)': \(_summaryLocked)."]
+        if _isSuspended, let group = _owningGroup, group._lifecycle.isUnstarted {
+            lines.append("It runs the children of group '\(group._describeLocked)', which has not started: group.")
+        } else if _isSuspended {
+            lines.append("It is suspended: it starts no job until it is resumed.")
+        }
+        let members = _membersLocked()
+        let executing = members.filter { $0._state == .executing }
+        if !executing.isEmpty {
+            lines.append("Executing (\(executing.count)):")
+            for job in executing.prefix(16) {
+                lines.append("  - '\(job._describeLocked)' \(job._statusLocked(now: now, withQueue: false))")
+            }
+            if executing.count > 16 { lines.append("  - and \(executing.count - 16) more") }
+        }
+        let inLine = members.filter { $0._isInLine }.sorted {
+            ($0._priority.bucket, $0._readyTicket) < ($1._priority.bucket, $1._readyTicket)
+        }
+        if !inLine.isEmpty {
+            lines.append("Ready (\(inLine.count)), in the order they will start:")
+            for priority in JobPriority.allCases.sorted(by: { $0.bucket < $1.bucket }) {
+                let jobs = inLine.filter { $0._priority == priority }
+                if jobs.isEmpty { continue }
+                lines.append("  - \(priority): " + _listing(jobs) { "'\($0._describeLocked)'" })
+            }
+            if let obstacle = inLine.first.flatMap({ _readyJobObstacleLocked($0, now: now) }) {
+                lines.append("  They wait: \(obstacle.keyword): \(obstacle.long.rendered())")
+            }
+        }
+        var waiting: [String: [(Job, String)]] = [:]
+        var order: [String] = []
+        for job in members where job._lifecycle.isUnstarted && !job._isInLine {
+            let reason = job._waitReasonsLocked(now: now, detailed: false).first
+            let keyword = reason?.keyword ?? "other"
+            if waiting[keyword] == nil { order.append(keyword) }
+            waiting[keyword, default: []].append((job, reason?.short ?? "\(job._state)"))
+        }
+        if !order.isEmpty {
+            let count = waiting.values.reduce(0) { $0 + $1.count }
+            lines.append("Waiting (\(count)), by reason:")
+            for keyword in order {
+                let jobs = waiting[keyword]!
+                lines.append(
+                    "  - \(keyword) (\(jobs.count)): " + _listing(jobs) { "'\($0.0._describeLocked)' (\($0.1))" })
+            }
+        }
+        return lines.joined(separator: "\n")
+    }
+}
