@@ -106,6 +106,11 @@ public final class GroupJob: Job, @unchecked Sendable {
         }
     }
 
+    override var _isComposite: Bool { true }
+
+    /// The queue the children run on. Call with `engineLock` held.
+    var _childrenLocked: JobQueue { children }
+
     override func _executingDetailLocked(now: UInt64) -> _DeferredText? {
         let waiting = children._membersLocked()
         let list = _listing(waiting) { "'\($0._describeLocked)' \($0._statusLocked(now: now, withQueue: false))" }

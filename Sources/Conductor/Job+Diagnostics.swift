@@ -201,7 +201,7 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
                     long: _DeferredText("it is on no queue; add it to a JobQueue, or call start()"))
             ]
         }
-        if let reason = queue._readyJobObstacleLocked(self, now: now) {
+        if let reason = queue._readyJobObstacleLocked(self, now: now, detailed: detailed) {
             reasons.append(reason)
         }
         return reasons
@@ -295,14 +295,18 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
             waiter._state == .executing
         else { return nil }
         waiter._extrasLocked.blockedOn = target
+        _blockedWaits.waiters[ObjectIdentifier(waiter)] = waiter
         return waiter
     }
 
     /// The wait that `_beginBlockedWaitLocked` recorded for `waiter` returned.
     static func _endBlockedWait(of waiter: Job?) {
         guard let waiter else { return }
-        // The target is also held by the waiting call's own `self`, so clearing it here never
-        // frees it under the lock.
-        engineLock.withLock { waiter._extras?.blockedOn = nil }
+        // Neither release frees anything under the lock: the target is held by the waiting call's
+        // own `self`, and the waiter by the caller's `waiter`.
+        engineLock.withLock {
+            waiter._extras?.blockedOn = nil
+            _blockedWaits.waiters[ObjectIdentifier(waiter)] = nil
+        }
     }
 }

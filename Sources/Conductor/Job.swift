@@ -392,6 +392,7 @@ open class Job: @unchecked Sendable {
     // MARK: Engine transitions (call with engineLock held)
 
     /// The job is about to run: `ready → executing`.
+    @inline(__always)
     func _beginExecutingLocked(_ actions: inout _Actions) {
         _readyTicket = _DiagnosticClock.startStamp | _DiagnosticClock.now()
         if _lifecycle.started() {
@@ -549,6 +550,10 @@ open class Job: @unchecked Sendable {
 
     /// The runner of the job's `async` body, for jobs that have one (``TaskJob``, ``ValueJob``).
     var _taskRunner: _TaskRunner? { nil }
+
+    /// Whether the job is made of other jobs (``GroupJob``, ``RetryJob``): its long executions are
+    /// its children's or attempts', so ``StallWatchdog`` reports those instead.
+    var _isComposite: Bool { false }
 
     /// What an executing job of a composite kind waits for, for ``explain()``; `nil` for plain
     /// jobs. Overridden by ``GroupJob`` and ``RetryJob``. Call with `engineLock` held.

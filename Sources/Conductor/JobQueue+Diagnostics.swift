@@ -5,7 +5,7 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
         engineLock.withLock { "\(_displayNameLocked): \(_summaryLocked)" }
     }
 
-    /// The ``description`` with the queue's ``id``, quality of service and the jobs by state.
+    /// The ``description`` with the queue's number and quality of service.
     public var debugDescription: String {
         engineLock.withLock {
             "JobQueue#\(id) '\(_displayNameLocked)': \(_summaryLocked), quality of service \(_qualityOfService)"
@@ -39,7 +39,7 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
 
     /// Why `job`, a ready member, has not started: the barrier it waits behind, its unstarted
     /// group, suspension, or the full limit; or that a worker is about to start it.
-    func _readyJobObstacleLocked(_ job: Job, now: UInt64) -> _WaitReason? {
+    func _readyJobObstacleLocked(_ job: Job, now: UInt64, detailed: Bool = true) -> _WaitReason? {
         if !job._admitted, let barrier = _epochs.first?.barrier, barrier !== job {
             let name = barrier._describeLocked
             return _WaitReason(
@@ -76,6 +76,8 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
                     keyword: "limit", short: short,
                     long: _DeferredText("queue '\(_displayNameLocked)' has a limit of 0 and starts nothing"))
             }
+            // Only the long text lists the executing jobs: descriptions stay O(1).
+            guard detailed else { return _WaitReason(keyword: "limit", short: short, long: _DeferredText()) }
             let executing = _executingJobsLocked()
             let list = _listing(executing) { "'\($0._describeLocked)' \($0._runningTimeLocked(now: now))" }
             return _WaitReason(

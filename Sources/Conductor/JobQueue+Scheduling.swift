@@ -135,7 +135,16 @@ extension JobQueue {
                 actions.resume(_waiters)
                 _waiters = []
             }
-            // Balance the retain taken in `_linkLocked` when the queue gained its first job.
+            // Off the list of active queues, and balance the retain taken in `_linkLocked` when
+            // the queue gained its first job.
+            if let previous = _activePrevious {
+                previous._withUnsafeGuaranteedRef { $0._activeNext = _activeNext }
+            } else {
+                _activeQueues.head = _activeNext
+            }
+            _activeNext?._withUnsafeGuaranteedRef { $0._activePrevious = _activePrevious }
+            _activeNext = nil
+            _activePrevious = nil
             actions.releaseSelfRetainAfterUnlocking(of: self)
         }
     }
@@ -440,7 +449,11 @@ extension JobQueue {
     func _linkLocked(_ job: Job) {
         let node = Unmanaged.passRetained(job)
         if _unsettled == 0 {
-            _ = Unmanaged.passRetained(self)
+            let this = Unmanaged.passRetained(self)
+            // Active: first in the list of queues with unsettled jobs.
+            _activeNext = _activeQueues.head
+            _activeQueues.head?._withUnsafeGuaranteedRef { $0._activePrevious = this }
+            _activeQueues.head = this
         }
         job._previous = _tail
         job._next = nil

@@ -85,6 +85,9 @@ public final class JobQueue: @unchecked Sendable {
     @exclusivity(unchecked) var _progress: JobProgress?
     /// The group whose children this queue runs, for diagnostics (a ``GroupJob``'s own queue).
     @exclusivity(unchecked) weak var _owningGroup: GroupJob?
+    /// Links in the list of queues with unsettled jobs (`_activeQueues`), while the queue is on it.
+    @exclusivity(unchecked) var _activeNext: Unmanaged<JobQueue>?
+    @exclusivity(unchecked) var _activePrevious: Unmanaged<JobQueue>?
 
     /// Creates a queue.
     ///

@@ -101,6 +101,8 @@ public final class RetryJob: Job, @unchecked Sendable {
         engineLock.withLock { attemptsMade }
     }
 
+    override var _isComposite: Bool { true }
+
     override func _executingDetailLocked(now: UInt64) -> _DeferredText? {
         if delayTimer != nil {
             return _DeferredText(

@@ -86,3 +86,36 @@ func _listing<T>(_ items: [T], limit: Int = 8, _ describe: (T) -> String) -> Str
     let shown = items.prefix(limit).map(describe).joined(separator: ", ")
     return items.count > limit ? "\(shown) and \(items.count - limit) more" : shown
 }
+
+/// The queues that have unsettled jobs (and so retain themselves), in an intrusive list, for
+/// ``StallWatchdog``: a queue with nothing unsettled has nothing to report. A queue joins when it
+/// gains its first unsettled job and leaves when its last one settles, in the critical sections
+/// that take and release its self-retain, so every queue on the list is alive. No weak references:
+/// one would move the queue's reference count to a side table and slow every retain of it.
+/// Guarded by `engineLock`.
+final class _ActiveQueues: @unchecked Sendable {
+    // @unchecked Sendable: `head` (and the queues' links) are guarded by `engineLock`.
+    var head: Unmanaged<JobQueue>?
+
+    /// The active queues, most recently activated first.
+    func allLocked() -> [JobQueue] {
+        var queues: [JobQueue] = []
+        var node = head
+        while let current = node {
+            queues.append(current.takeUnretainedValue())
+            node = current._withUnsafeGuaranteedRef { $0._activeNext }
+        }
+        return queues
+    }
+}
+
+let _activeQueues = _ActiveQueues()
+
+/// The jobs whose work is blocked in a `waitUntil…` call now (see `Job._beginBlockedWaitLocked`),
+/// for ``StallWatchdog``'s wait-cycle search. Guarded by `engineLock`.
+final class _BlockedWaits: @unchecked Sendable {
+    // @unchecked Sendable: `waiters` is guarded by `engineLock`.
+    var waiters: [ObjectIdentifier: Job] = [:]
+}
+
+let _blockedWaits = _BlockedWaits()

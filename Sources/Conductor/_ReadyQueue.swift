@@ -25,6 +25,20 @@ struct _FIFO<Element> {
         return element
     }
 
+    /// The first element, in order, that satisfies `predicate`, without removing anything.
+    ///
+    /// - Complexity: O(elements before it).
+    func first(where predicate: (Element) -> Bool) -> Element? {
+        var index = 0
+        while index < count {
+            if let element = slots[(head + index) & (slots.count - 1)], predicate(element) {
+                return element
+            }
+            index += 1
+        }
+        return nil
+    }
+
     /// Removes the elements for which `shouldRemove` is true, keeping the others in order.
     ///
     /// - Complexity: O(count).
@@ -106,6 +120,19 @@ struct _ReadyQueue {
             }
         }
         _ReadyQueue._noLiveEntry(count)
+    }
+
+    /// The job `popFirst` would return, without taking it out of line. For diagnostics.
+    ///
+    /// - Complexity: O(stale entries before it).
+    func peekFirst() -> Job? {
+        guard count > 0 else { return nil }
+        for bucket in buckets {
+            if let entry = bucket.first(where: { $0.job._readyTicket == $0.ticket }) {
+                return entry.job
+            }
+        }
+        return nil
     }
 
     /// Out of line, so that `popFirst` stays small on the claim path.

@@ -31,6 +31,9 @@ final class TimeoutSettingJob: Job, @unchecked Sendable {  // @unchecked Sendabl
 }
 
 let traps: [String: () -> Void] = [
+    "watchdog-zero-threshold": {
+        _ = StallWatchdog(threshold: .zero) { _ in }
+    },
     "add-child-to-finished-group": {
         let group = GroupJob(name: "probe-group")
         group.start()

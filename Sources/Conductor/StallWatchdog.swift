@@ -1,0 +1,388 @@
+import Dispatch
+
+/// A stall the ``StallWatchdog`` found: what kind, which jobs, and why, in words.
+public struct StallReport: CustomStringConvertible, Sendable {
+    /// The kinds of stall.
+    public enum Kind: String, Sendable, CustomStringConvertible {
+        /// A job has been executing longer than the threshold: an ``AsynchronousJob`` that never
+        /// called `finish()`, an `OperationJob` whose operation never finished, work stuck in a
+        /// call. Composite jobs (``GroupJob``, ``RetryJob``) are not reported: their children and
+        /// attempts are.
+        case longExecution
+        /// A queue has had ready jobs and free slots for longer than the threshold, and started
+        /// none of them: the threads that would run its workers are all busy or blocked.
+        case noProgress
+        /// Jobs wait for each other in a cycle and none can proceed: a job's work blocked in
+        /// `waitUntilFinished()` on a job that needs the slot the waiter holds, or any cycle through
+        /// such waits, dependencies, slots and exclusivity categories.
+        case waitCycle
+
+        public var description: String { rawValue }
+    }
+
+    /// What kind of stall it is.
+    public let kind: Kind
+    /// The jobs involved: the job executing too long; the ready jobs that do not start; or the
+    /// jobs of the cycle, and those stuck behind it.
+    public let jobs: [Job]
+    /// The kind, a sentence saying what is wrong, then the ``Job/explain()`` or
+    /// ``JobQueue/explain()`` text of what is stuck.
+    public let description: String
+}
+
+/// Watches every ``JobQueue`` in the process and reports stalls: a job executing longer than a
+/// threshold, a queue that has ready jobs and free slots but starts nothing, and jobs that wait
+/// for each other in a cycle.
+///
+/// ```swift
+/// let watchdog = StallWatchdog(threshold: .seconds(30)) { report in
+///     logger.error("\(report)")
+/// }
+/// watchdog.start()
+/// ```
+///
+/// Each stall is reported once per episode: once per kind for the same jobs (for `noProgress`,
+/// the same queue and first ready job) until they make progress. A started watchdog wakes every
+/// `threshold / 2` on a private Dispatch queue, looks at every queue that has unfinished jobs in one critical section of the
+/// engine lock, and calls `onStall` on that queue after releasing it. A stall is therefore reported
+/// between one and one and a half thresholds after it began (a wait cycle at the first wake-up
+/// that sees it). A watchdog that is not started costs nothing: the engine records what it needs
+/// (start times, blocked waits) anyway, for ``Job/explain()``.
+///
+/// What it sees: jobs on queues (a job started by hand with ``Job/start()`` is not on one), and
+/// waits made from inside a job's work (the work of a ``TaskJob`` included). A wait from a thread
+/// that runs no job cannot be part of a cycle the engine can see.
+///
+/// - Complexity: Each wake-up is O(queues + the jobs it looks at): for each queue, its members up
+///   to the last executing one (usually the oldest few), and, while some job's work is blocked in a
+///   wait, the jobs that wait reaches.
+public final class StallWatchdog: Sendable {
+    /// How long a job may execute, or a queue go without starting a ready job, before it is
+    /// reported.
+    public let threshold: Duration
+    private let onStall: @Sendable (StallReport) -> Void
+    private let tickObserver: (@Sendable () -> Void)?
+    private let queue = DispatchQueue(label: "Conductor.StallWatchdog")
+    private let state = _LockedValue(_WatchdogState())
+
+    /// Creates a watchdog, stopped. `threshold` must be positive.
+    public init(threshold: Duration, onStall: @escaping @Sendable (StallReport) -> Void) {
+        _require(
+            threshold > .zero, "StallWatchdog(threshold:onStall:): the threshold must be positive; got \(threshold)")
+        self.threshold = threshold
+        self.onStall = onStall
+        self.tickObserver = nil
+    }
+
+    /// For tests: `tickObserver` is called after each wake-up, once its reports have been made.
+    package init(
+        threshold: Duration, tickObserver: @escaping @Sendable () -> Void,
+        onStall: @escaping @Sendable (StallReport) -> Void
+    ) {
+        _require(
+            threshold > .zero, "StallWatchdog(threshold:onStall:): the threshold must be positive; got \(threshold)")
+        self.threshold = threshold
+        self.onStall = onStall
+        self.tickObserver = tickObserver
+    }
+
+    deinit {
+        state.withLock { $0.timer }?.cancel()
+    }
+
+    /// Starts watching. Starting a started watchdog does nothing.
+    public func start() {
+        let timer: DispatchSourceTimer? = state.withLock { state in
+            guard state.timer == nil else { return nil }
+            let timer = DispatchSource.makeTimerSource(queue: queue)
+            state.timer = timer
+            return timer
+        }
+        guard let timer else { return }
+        let interval = _dispatchInterval(threshold / 2)
+        timer.schedule(deadline: .now() + interval, repeating: interval, leeway: _dispatchInterval(threshold / 20))
+        timer.setEventHandler { [weak self] in self?.tick() }
+        timer.resume()
+    }
+
+    /// Stops watching. A report already being delivered may still arrive; none starts after this
+    /// returns, unless the watchdog is started again. Stopping a stopped watchdog does nothing.
+    public func stop() {
+        let timer: DispatchSourceTimer? = state.withLock { state in
+            defer { state.timer = nil }
+            return state.timer
+        }
+        timer?.cancel()
+    }
+
+    // MARK: Wake-ups
+
+    private func tick() {
+        let isRunning = state.withLock { $0.timer != nil }
+        guard isRunning else { return }
+        let components = threshold.components
+        let thresholdNanoseconds =
+            UInt64(components.seconds) * 1_000_000_000 + UInt64(components.attoseconds / 1_000_000_000)
+        var episodes = state.withLock { $0.episodes }
+        engineLock.lock()
+        // Each active queue retains itself while it is on the list, so none is freed meanwhile;
+        // the array is released after unlocking.
+        let queues = _activeQueues.allLocked()
+        let found = episodes.lookLocked(at: queues, threshold: thresholdNanoseconds, now: _DiagnosticClock.now())
+        engineLock.unlock()
+        state.withLock { $0.episodes = episodes }
+        for stall in found {
+            onStall(StallReport(kind: stall.kind, jobs: stall.jobs, description: stall.text.rendered()))
+        }
+        tickObserver?()
+    }
+}
+
+/// A watchdog's timer and what it has reported, guarded by its `_LockedValue`.
+// @unchecked Sendable: only ever used inside the `_LockedValue`'s lock; a Dispatch source is
+// thread-safe, and the episodes are plain values.
+struct _WatchdogState: @unchecked Sendable {
+    var timer: DispatchSourceTimer?
+    var episodes = _StallEpisodes()
+}
+
+/// What a watchdog has reported and still sees, so that each stall is reported once per episode.
+/// Ids are jobs' and queues' ``Job/id``s, never reused.
+struct _StallEpisodes: Sendable {
+    /// Jobs reported as executing too long, while they still execute.
+    var longJobs: Set<UInt64> = []
+    /// Per queue with ready jobs and free slots: its first ready job, since when it was seen so,
+    /// and whether that was reported.
+    var stuckQueues: [UInt64: (head: UInt64, since: UInt64, reported: Bool)] = [:]
+    /// The wait cycles reported (their jobs' ids, sorted), while they last.
+    var cycles: Set<[UInt64]> = []
+
+    struct Found {
+        let kind: StallReport.Kind
+        let jobs: [Job]
+        let text: _DeferredText
+    }
+
+    /// Looks at `queues` and the blocked waits; returns the stalls not reported before, and
+    /// forgets the episodes that ended. Call with `engineLock` held.
+    mutating func lookLocked(at queues: [JobQueue], threshold: UInt64, now: UInt64) -> [Found] {
+        var found: [Found] = []
+        var stillLong: Set<UInt64> = []
+        var stillStuck: [UInt64: (head: UInt64, since: UInt64, reported: Bool)] = [:]
+        for queue in queues where queue._jobCount > 0 {
+            // Executing jobs: the queue's members up to the last of its `_executing` jobs.
+            var remaining = queue._executing
+            var node = queue._head
+            while remaining > 0, let current = node {
+                let job = current.takeUnretainedValue()
+                node = job._next
+                guard job._state == .executing else { continue }
+                remaining -= 1
+                guard !job._isComposite, let started = job._startedAtLocked, now &- min(started, now) >= threshold
+                else { continue }
+                stillLong.insert(job.id)
+                if !longJobs.contains(job.id) {
+                    var text = _DeferredText(
+                        "longExecution: '\(job._describeLocked)' has been executing \(job._runningTimeLocked(now: now)), longer than the threshold of \(_DiagnosticClock.format(threshold)).\n"
+                    )
+                    text.append(job._explanationLocked(now: now))
+                    found.append(Found(kind: .longExecution, jobs: [job], text: text))
+                }
+            }
+            // A queue with ready jobs and free slots whose first ready job stays the same.
+            guard !queue._isSuspended, queue._executing < queue._limit, let head = queue._ready.peekFirst() else {
+                continue
+            }
+            var episode = (head: head.id, since: now, reported: false)
+            if let previous = stuckQueues[queue.id], previous.head == head.id {
+                episode = previous
+            }
+            if !episode.reported && now &- min(episode.since, now) >= threshold {
+                episode.reported = true
+                let ready = queue._membersLocked().filter { $0._isInLine }.sorted {
+                    ($0._priority.bucket, $0._readyTicket) < ($1._priority.bucket, $1._readyTicket)
+                }
+                var text = _DeferredText(
+                    "noProgress: queue '\(queue._displayNameLocked)' has had \(queue._ready.count) ready \(queue._ready.count == 1 ? "job" : "jobs") and \(queue._limit - queue._executing) free \(queue._limit - queue._executing == 1 ? "slot" : "slots") for \(_DiagnosticClock.format(now &- min(episode.since, now))) and started none: no thread ran its worker (are Dispatch's threads all busy or blocked?).\n"
+                )
+                text.append(queue._explanationLocked(now: now))
+                found.append(Found(kind: .noProgress, jobs: Array(ready.prefix(16)), text: text))
+            }
+            stillStuck[queue.id] = episode
+        }
+        longJobs = stillLong
+        stuckQueues = stillStuck
+
+        var stillCycles: Set<[UInt64]> = []
+        if !_blockedWaits.waiters.isEmpty {
+            var graph = _WaitGraph()
+            for waiter in _blockedWaits.waiters.values.sorted(by: { $0.id < $1.id }) {
+                graph.add(waiter)
+            }
+            for stuck in graph.stuckGroupsLocked() {
+                // The episode is the stuck waiters: jobs piling up behind them make no new one.
+                let key = stuck.filter { _blockedWaits.waiters[ObjectIdentifier($0)] != nil }.map(\.id)
+                stillCycles.insert(key)
+                if !cycles.contains(key) {
+                    var text = _DeferredText(
+                        "waitCycle: \(stuck.count) jobs wait for each other and none can proceed; break the cycle by cancelling one of them, or do not wait for a job from the work of a job it needs.\n"
+                    )
+                    for job in stuck.prefix(16) {
+                        text.append(job._explanationLocked(now: now))
+                        text.append("\n")
+                    }
+                    found.append(Found(kind: .waitCycle, jobs: stuck, text: text))
+                }
+            }
+        }
+        cycles = stillCycles
+        return found
+    }
+}
+
+/// The wait-for graph behind ``StallReport/Kind/waitCycle``: from the jobs whose work is blocked in
+/// a wait, every job they need, and what each of those needs in turn. A job needs all of its
+/// `all` set (the job it waits for, its unfinished dependencies, the holders of its categories
+/// and those ahead of it in line, its barrier, its group) and, when it waits for a slot, one of
+/// its `any` set (the jobs executing on its full queue). A job that needs nothing can proceed
+/// (it executes and is not blocked, it has finished, or it waits for something outside the graph:
+/// a condition, a suspended queue, a limit of 0, its own `finish()`). Proceeding spreads to every
+/// job whose needs are then met; the jobs left are stuck, and can only be stuck through a cycle.
+/// Build and search with `engineLock` held.
+struct _WaitGraph {
+    private var index: [ObjectIdentifier: Int] = [:]
+    private var jobs: [Job] = []
+    /// For each job: how many of its `all` needs cannot proceed yet, whether it has `any` needs
+    /// and one of them can proceed, and the jobs that need it (with whether as an `any` need).
+    private var allRemaining: [Int] = []
+    private var hasAny: [Bool] = []
+    private var anyMet: [Bool] = []
+    private var neededBy: [[(job: Int, asAny: Bool)]] = []
+    private var pending: [Int] = []
+
+    /// Adds `job` and everything it needs, transitively. Iterative.
+    mutating func add(_ job: Job) {
+        _ = node(job)
+        while let next = pending.popLast() {
+            expand(next)
+        }
+    }
+
+    private mutating func node(_ job: Job) -> Int {
+        let key = ObjectIdentifier(job)
+        if let existing = index[key] { return existing }
+        let position = jobs.count
+        index[key] = position
+        jobs.append(job)
+        allRemaining.append(0)
+        hasAny.append(false)
+        anyMet.append(false)
+        neededBy.append([])
+        pending.append(position)
+        return position
+    }
+
+    private mutating func need(_ position: Int, _ other: Job, asAny: Bool = false) {
+        let target = node(other)
+        neededBy[target].append((position, asAny))
+        if asAny {
+            hasAny[position] = true
+        } else {
+            allRemaining[position] += 1
+        }
+    }
+
+    private mutating func expand(_ position: Int) {
+        let job = jobs[position]
+        switch job._state {
+        case .finished:
+            return
+        case .executing:
+            switch job._extras?.blockedOn {
+            case .job(let target)? where target._state != .finished:
+                need(position, target)
+            case .queue(let queue)?:
+                for member in queue._membersLocked() where member !== job {
+                    need(position, member)
+                }
+            default:
+                return
+            }
+        case .pending:
+            let waits = job._lifecycle.waits
+            if waits.dependencies > 0 {
+                for dependency in job._dependencies where dependency._state != .finished {
+                    need(position, dependency)
+                }
+            }
+            if waits.exclusivity != 0, let extras = job._extras {
+                for name in extras.lineCategories {
+                    let (holder, first) = _exclusivity.occupantsLocked(of: name)
+                    if let holder, holder !== job { need(position, holder) }
+                    if let first, first !== job { need(position, first) }
+                }
+            }
+        case .ready:
+            guard let queue = job._queue?.takeUnretainedValue() else { return }
+            if !job._admitted, !job._isBarrier, let barrier = queue._epochs.first?.barrier {
+                need(position, barrier)
+            } else if job._isBarrier && !job._admitted {
+                for member in queue._membersLocked() where member._admitted && member !== job {
+                    need(position, member)
+                }
+            } else if queue._isSuspended, let group = queue._owningGroup, group._lifecycle.isUnstarted {
+                need(position, group)
+            } else if !queue._isSuspended, queue._limit > 0, queue._executing >= queue._limit {
+                for executing in queue._executingJobsLocked() {
+                    need(position, executing, asAny: true)
+                }
+            }
+        }
+    }
+
+    /// The jobs that cannot proceed, in independent groups (connected through what they need),
+    /// each sorted by id, the groups by their first id.
+    func stuckGroupsLocked() -> [[Job]] {
+        var proceeds = [Bool](repeating: false, count: jobs.count)
+        var allRemaining = allRemaining
+        var anyMet = anyMet
+        var work: [Int] = []
+        for position in jobs.indices where allRemaining[position] == 0 && !hasAny[position] {
+            proceeds[position] = true
+            work.append(position)
+        }
+        while let position = work.popLast() {
+            for (dependent, asAny) in neededBy[position] where !proceeds[dependent] {
+                if asAny {
+                    anyMet[dependent] = true
+                } else {
+                    allRemaining[dependent] -= 1
+                }
+                if allRemaining[dependent] == 0 && (!hasAny[dependent] || anyMet[dependent]) {
+                    proceeds[dependent] = true
+                    work.append(dependent)
+                }
+            }
+        }
+        // Union–find over the needs between stuck jobs.
+        var parent = Array(jobs.indices)
+        func root(_ position: Int) -> Int {
+            var position = position
+            while parent[position] != position {
+                parent[position] = parent[parent[position]]
+                position = parent[position]
+            }
+            return position
+        }
+        for target in jobs.indices where !proceeds[target] {
+            for (dependent, _) in neededBy[target] where !proceeds[dependent] {
+                parent[root(dependent)] = root(target)
+            }
+        }
+        var groups: [Int: [Job]] = [:]
+        for position in jobs.indices where !proceeds[position] {
+            groups[root(position), default: []].append(jobs[position])
+        }
+        return groups.values.map { $0.sorted { $0.id < $1.id } }.sorted { $0[0].id < $1[0].id }
+    }
+}

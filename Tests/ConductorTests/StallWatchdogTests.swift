@@ -1,0 +1,232 @@
+import Conductor
+import ConductorTestSupport
+import Dispatch
+import Testing
+
+// The stall watchdog (Docs/Diagnostics.md, "The stall watchdog"): each kind of stall is reported
+// exactly once per episode, naming its jobs, and a healthy run is not reported. The watchdog sees
+// every queue in the process, so each test only counts the reports that name its own jobs. Tests
+// wait for reports and for wake-ups (`tickObserver`), never for time.
+
+/// A watchdog with a short threshold that keeps the reports naming a job `isOurs` accepts, and
+/// lets the test await reports and wake-ups.
+private final class Watch: Sendable {
+    let reports = Log<StallReport>()
+    let wakeUps = Counter()
+    private let ticks: AsyncStream<Void>
+    private let reportStream: AsyncStream<StallReport>
+    private let watchdog: StallWatchdog
+
+    init(threshold: Duration = .milliseconds(100), isOurs: @escaping @Sendable (Job) -> Bool) {
+        let (ticks, tick) = AsyncStream<Void>.makeStream()
+        let (reportStream, report) = AsyncStream<StallReport>.makeStream()
+        self.ticks = ticks
+        self.reportStream = reportStream
+        let reports = reports
+        let wakeUps = wakeUps
+        watchdog = StallWatchdog(
+            threshold: threshold,
+            tickObserver: {
+                wakeUps.increment()
+                tick.yield()
+            }
+        ) { stall in
+            guard stall.jobs.contains(where: isOurs) else { return }
+            reports.append(stall)
+            report.yield(stall)
+        }
+    }
+
+    func start() { watchdog.start() }
+    func stop() { watchdog.stop() }
+
+    /// The next report naming one of our jobs.
+    func nextReport() async -> StallReport {
+        for await report in reportStream { return report }
+        fatalError("the report stream ended")
+    }
+
+    /// Waits until the watchdog has woken `count` more times.
+    func waitForWakeUps(_ count: Int) async {
+        var seen = 0
+        for await _ in ticks {
+            seen += 1
+            if seen == count { return }
+        }
+    }
+
+    func count(_ kind: StallReport.Kind) -> Int {
+        reports.values.count { $0.kind == kind }
+    }
+}
+
+private func expectText(_ text: String, contains parts: [String], sourceLocation: SourceLocation = #_sourceLocation) {
+    for part in parts where !text.contains(part) {
+        Issue.record("missing \"\(part)\" in:\n\(text)", sourceLocation: sourceLocation)
+    }
+}
+
+@Suite struct StallWatchdogTests {
+    @Test(.timeLimit(.minutes(1)))
+    func aForgottenFinishIsReportedOnceAsALongExecution() async {
+        let job = HeldJob(name: "wd-forgotten")
+        let queue = JobQueue(name: "wd-long")
+        queue.addJob(job)
+        await job.started.wait()
+        let watch = Watch { $0 === job }
+        watch.start()
+
+        let report = await watch.nextReport()
+        #expect(report.kind == .longExecution)
+        #expect(report.jobs.map(\.id) == [job.id])
+        expectText(
+            report.description,
+            contains: [
+                "longExecution: 'wd-forgotten' has been executing for ",
+                "'wd-forgotten' is executing on queue 'wd-long' for ",
+                "- finish(): its work has not signalled its end",
+            ])
+        // Later wake-ups see the same episode and stay quiet.
+        await watch.waitForWakeUps(3)
+        #expect(watch.reports.count == 1)
+        watch.stop()
+        job.finish()
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aQueueWhoseWorkersCannotRunIsReportedOnceAsNoProgress() async {
+        // The queue's workers run on a serial Dispatch queue that a block occupies.
+        let blocked = DispatchQueue(label: "wd-blocked")
+        let gate = DispatchSemaphore(value: 0)
+        let occupied = Signal()
+        blocked.async {
+            occupied.fire()
+            gate.wait()
+        }
+        await occupied.wait()
+        let queue = JobQueue(name: "wd-no-progress")
+        queue.underlyingQueue = blocked
+        let job = BlockJob {}
+        job.name = "wd-starved"
+        let watch = Watch { $0 === job }
+        watch.start()
+        queue.addJob(job)
+
+        let report = await watch.nextReport()
+        #expect(report.kind == .noProgress)
+        #expect(report.jobs.map(\.id) == [job.id])
+        expectText(
+            report.description,
+            contains: [
+                "noProgress: queue 'wd-no-progress' has had 1 ready job and \(JobQueue.systemDefaultWidth) free slots for ",
+                "Ready (1), in the order they will start:\n  - normal: 'wd-starved'",
+            ])
+        await watch.waitForWakeUps(3)
+        #expect(watch.reports.count == 1)
+        watch.stop()
+        gate.signal()
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aJobWaitingForTheJobThatNeedsItsSlotIsReportedOnceAsAWaitCycle() async {
+        let queue = JobQueue(name: "wd-self-wait", maxConcurrentJobCount: 1)
+        let needed = BlockJob {}
+        needed.name = "wd-needed"
+        let waiter = BlockJob { needed.waitUntilFinished() }  // on a Dispatch worker thread
+        waiter.name = "wd-waiter"
+        let watch = Watch { $0 === waiter || $0 === needed }
+        watch.start()
+        queue.addJobs([waiter, needed], waitUntilFinished: false)
+
+        var report = await watch.nextReport()
+        while report.kind != .waitCycle {  // the waiter may first be reported executing too long
+            report = await watch.nextReport()
+        }
+        #expect(report.jobs.map(\.id) == [waiter.id, needed.id].sorted())
+        expectText(
+            report.description,
+            contains: [
+                "waitCycle: 2 jobs wait for each other and none can proceed",
+                "- its work is blocked in waitUntilFinished() on 'wd-needed'",
+                "- limit: the only slot of queue 'wd-self-wait' is taken by 1 executing job: 'wd-waiter' for ",
+            ])
+        await watch.waitForWakeUps(3)
+        #expect(watch.count(.waitCycle) == 1)
+        watch.stop()
+        needed.cancel()  // the wait returns, and the waiter finishes
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aCycleThroughACategoryIsReportedAsAWaitCycle() async {
+        let category = "wd-category-\(UInt64.random(in: 0...UInt64.max))"
+        let queue = JobQueue(name: "wd-category")
+        let second = BlockJob {}
+        second.name = "wd-second"
+        second.exclusivityCategories = [category]
+        let first = BlockJob { second.waitUntilFinished() }
+        first.name = "wd-first"
+        first.exclusivityCategories = [category]
+        let watch = Watch { $0 === first || $0 === second }
+        watch.start()
+        // First in line, `first` takes the category; `second` waits in line for it.
+        queue.addJobs([first, second], waitUntilFinished: false)
+
+        var report = await watch.nextReport()
+        while report.kind != .waitCycle {
+            report = await watch.nextReport()
+        }
+        #expect(report.jobs.map(\.id) == [first.id, second.id].sorted())
+        expectText(report.description, contains: ["- category: '\(category)' is held by 'wd-first'"])
+        watch.stop()
+        second.cancel()
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
+    @Test(.timeLimit(.minutes(2)))
+    func aHealthyRunOfAHundredThousandJobsIsNotReported() async {
+        let watch = Watch(threshold: .milliseconds(500)) { $0.name == "wd-healthy" }
+        watch.start()
+        let queue = JobQueue(name: "wd-healthy-queue", maxConcurrentJobCount: 4)
+        let other = JobQueue(name: "wd-healthy-other")
+        let finisher = DispatchQueue(label: "wd-healthy-finisher")
+        // Batches of chains, asynchronous jobs finished from another queue, and a job of each
+        // batch that waits (from its work) for a job of another queue that does run: until 10⁵
+        // jobs have run and the watchdog has woken at least three times meanwhile.
+        var jobs = 0
+        while jobs < 100_000 || watch.wakeUps.value < 3 {
+            var batch: [Job] = []
+            for index in 0..<10_000 {
+                let job: Job
+                if index % 100 == 0 {
+                    job = AsyncBlockJob { job in finisher.async { job.finish() } }
+                } else {
+                    job = BlockJob {}
+                }
+                job.name = "wd-healthy"
+                if index % 10 != 0 { try! job.addDependency(batch[index - 1]) }
+                batch.append(job)
+            }
+            let elsewhere = BlockJob {}
+            elsewhere.name = "wd-healthy"
+            let waiting = BlockJob { elsewhere.waitUntilFinished() }
+            waiting.name = "wd-healthy"
+            batch.append(waiting)
+            other.addJob(elsewhere)
+            queue.addJobs(batch, waitUntilFinished: false)
+            await queue.waitUntilAllJobsAreFinished()
+            jobs += batch.count
+        }
+        watch.stop()
+        #expect(watch.reports.values.map(\.description) == [])
+    }
+
+    @Test func aThresholdThatIsNotPositiveTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = StallWatchdog(threshold: .zero) { _ in }
+        }
+        #expect(standardErrorText(result).contains("StallWatchdog(threshold:onStall:): the threshold must be positive"))
+    }
+}
