@@ -1,3 +1,5 @@
+import Conductor
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -23,6 +25,13 @@ struct ConductorBench {
         if let jobs = configuration.soakJobs {
             exit(Soak.run(jobs: jobs))
         }
+        if let file = configuration.traceFile {
+            exit(TraceRun.run(configuration, to: file))
+        }
+        // Measuring the tracer's cost: it records every Conductor job of the run.
+        let tracer = configuration.withTracer ? JobTracer() : nil
+        tracer?.start()
+        defer { tracer?.stop() }
 
         let started = Clock.now()
         let sizes = configuration.quick ? Sizes.quick : Sizes.full

@@ -16,6 +16,10 @@ struct Configuration {
     var foundationBudget = 60.0
     /// `--soak N`: push N jobs through one queue and report resident memory instead of the scenarios.
     var soakJobs: Int?
+    /// `--trace FILE`: instead of the scenarios, write a trace of a small run of each.
+    var traceFile: String?
+    /// `--tracer`: run the scenarios with a `JobTracer` recording, to measure what it costs.
+    var withTracer = false
     var help = false
 
     static let usage = """
@@ -38,6 +42,11 @@ struct Configuration {
           --svg DIR                 Also write SVG charts into DIR.
           --soak N                  Instead of the scenarios: push N jobs (e.g. 10000000) through one
                                     queue and report resident memory as it goes.
+          --trace FILE              Instead of the scenarios: run each once, small (the --quick
+                                    sizes), on Conductor only, with a JobTracer, and write the
+                                    Chrome trace to FILE (open it in https://ui.perfetto.dev).
+          --tracer                  Run the scenarios with a JobTracer recording, to measure its
+                                    cost (compare with a run without it).
           -h, --help                Show this help.
 
         Progress goes to standard error.
@@ -96,6 +105,10 @@ struct Configuration {
                 configuration.output = output
             case "--svg":
                 configuration.svgDirectory = try value(for: argument)
+            case "--trace":
+                configuration.traceFile = try value(for: argument)
+            case "--tracer":
+                configuration.withTracer = true
             case "-h", "--help":
                 configuration.help = true
             default:

@@ -81,6 +81,7 @@ enum Report {
         line +=
             "order rotating per run; Foundation budget \(Format.seconds(configuration.foundationBudget)) per scenario"
         if configuration.quick { line += "; QUICK (small sizes, smoke test only)" }
+        if configuration.withTracer { line += "; a JobTracer records every Conductor job (--tracer)" }
         return line
     }
 

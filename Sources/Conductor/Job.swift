@@ -377,6 +377,9 @@ open class Job: @unchecked Sendable {
             details.responsibleJob = reason.responsibleJob
         }
         _postLocked(.cancelled, &actions)
+        if _tracers.isTracing.load(ordering: .relaxed) {
+            _traceLocked(.cancelled)
+        }
         // A queue's barrier keeps its place in line so that later jobs still wait for earlier ones.
         if effect == .finishWithoutRunning && !(_isBarrier && _queue != nil) {
             // A group's children are cancelled in this critical section, before the group
@@ -395,6 +398,9 @@ open class Job: @unchecked Sendable {
     @inline(__always)
     func _beginExecutingLocked(_ actions: inout _Actions) {
         _readyTicket = _DiagnosticClock.startStamp | _DiagnosticClock.now()
+        if _tracers.isTracing.load(ordering: .relaxed) {
+            _traceLocked(.started)
+        }
         if _lifecycle.started() {
             _postLocked(.ready, &actions)
         }
@@ -464,6 +470,9 @@ open class Job: @unchecked Sendable {
     /// `_finishLocked(failure:)` without an error: the work succeeded, or was cancelled.
     func _finishLocked(failed: Bool = false, _ actions: inout _Actions) {
         let wasExecuting = _lifecycle.finished(failed: failed)
+        if wasExecuting && _tracers.isTracing.load(ordering: .relaxed) {
+            _traceLocked(.finished)
+        }
         if !wasExecuting {
             // Finished without running (cancelled): its work will never run, so let it go now. A
             // closure that captured the job would otherwise keep it alive forever.

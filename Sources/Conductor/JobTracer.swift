@@ -1,0 +1,307 @@
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Records what every queue does, for a timeline in Perfetto (<https://ui.perfetto.dev>) or
+/// `chrome://tracing`.
+///
+/// ```swift
+/// let tracer = JobTracer()
+/// tracer.start()
+/// queue.addJobs(jobs, waitUntilFinished: true)
+/// tracer.stop()
+/// try tracer.chromeTraceJSON().write(toFile: "run.json", atomically: true, encoding: .utf8)
+/// ```
+///
+/// The trace has one track per queue slot ("queue name · slot k"), one complete event per job
+/// execution (with its queue, priority and outcome), flow arrows from each dependency's end to its
+/// dependent's start, instant events for cancellations and failures, and a counter track per
+/// queue with its ready and executing jobs, sampled whenever a job starts or finishes.
+///
+/// It keeps the last `capacity` events, in a ring: a long run costs bounded memory, and the trace
+/// notes how many earlier events were dropped. Events are recorded in the engine's critical
+/// sections, so their order is the engine's. When no tracer is running, each job start and finish
+/// pays one relaxed atomic load; a running tracer adds a clock read and a ring write to each.
+public final class JobTracer: Sendable {
+    /// The most events kept; older ones are dropped.
+    public let capacity: Int
+    let recorder: _TraceRecorder
+
+    /// Creates a stopped tracer that keeps at most `capacity` events (at least 1).
+    public init(capacity: Int = 1_000_000) {
+        self.capacity = max(capacity, 1)
+        recorder = _TraceRecorder(capacity: max(capacity, 1))
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// Starts recording, keeping what was recorded before. Starting a started tracer does nothing.
+    /// Several tracers may record at once; each gets every event.
+    public func start() {
+        engineLock.withLock {
+            guard !_tracers.list.contains(where: { $0 === recorder }) else { return }
+            _tracers.list.append(recorder)
+            _tracers.isTracing.store(true, ordering: .relaxed)
+        }
+    }
+
+    /// Stops recording; what was recorded stays, for ``chromeTraceJSON()``.
+    public func stop() {
+        engineLock.withLock {
+            _tracers.list.removeAll { $0 === recorder }
+            _tracers.isTracing.store(!_tracers.list.isEmpty, ordering: .relaxed)
+        }
+    }
+
+    /// The recorded events as a Chrome trace (JSON), which Perfetto and `chrome://tracing` open.
+    /// May be called while recording: it is a snapshot.
+    ///
+    /// - Complexity: O(events kept), with the engine lock held only to copy them.
+    public func chromeTraceJSON() -> String {
+        let (events, dropped, names) = engineLock.withLock { recorder.snapshotLocked() }
+        return _ChromeTrace(events: events, dropped: dropped, names: names, now: _TraceClock.now()).json()
+    }
+}
+
+/// The running tracers. Guarded by `engineLock`, except `isTracing`, which the hot path reads
+/// without it (relaxed: a job that starts just as a tracer starts may or may not be recorded).
+final class _Tracers: @unchecked Sendable {
+    // @unchecked Sendable: `list` is guarded by `engineLock`; `isTracing` is atomic.
+    var list: [_TraceRecorder] = []
+    let isTracing = Atomic<Bool>(false)
+}
+
+let _tracers = _Tracers()
+
+/// The clock of traces: monotonic, in nanoseconds, with full resolution (unlike
+/// `_DiagnosticClock`), read only while a tracer runs.
+enum _TraceClock {
+    static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
+    }
+}
+
+/// One recorded event. Names are kept once per job and queue, in the recorder.
+struct _TraceEvent: Sendable {
+    enum Kind: UInt8, Sendable {
+        case started
+        case finished
+        case cancelled
+    }
+
+    var kind: Kind
+    var time: UInt64
+    var job: UInt64
+    var queue: UInt64
+    /// The queue's executing and ready jobs after the event.
+    var executing: Int32
+    var ready: Int32
+    var priority: JobPriority
+    /// For `finished`: how it ended; for `cancelled`: the code.
+    var outcome: _OutcomeKind?
+    var code: CancellationReason.Code?
+    /// For `started`: the job's dependencies (all of them, finished by then).
+    var dependencies: [UInt64]
+}
+
+/// A tracer's ring of events and the names it has seen. Guarded by `engineLock`.
+final class _TraceRecorder: @unchecked Sendable {
+    // @unchecked Sendable: every stored property is guarded by `engineLock`.
+    let capacity: Int
+    private var ring: [_TraceEvent] = []
+    private var next = 0
+    private var dropped = 0
+    private var jobNames: [UInt64: String] = [:]
+    private var queueNames: [UInt64: String] = [:]
+
+    init(capacity: Int) {
+        self.capacity = capacity
+    }
+
+    func recordLocked(_ event: _TraceEvent, job: Job, queue: JobQueue?) {
+        if jobNames[event.job] == nil {
+            jobNames[event.job] = job._describeLocked
+        }
+        if let queue, queueNames[event.queue] == nil {
+            queueNames[event.queue] = queue._displayNameLocked
+        }
+        if ring.count < capacity {
+            ring.append(event)
+        } else {
+            ring[next] = event
+            dropped += 1
+        }
+        next = (next + 1) % capacity
+    }
+
+    /// The events, oldest first, how many were dropped, and the names.
+    func snapshotLocked() -> ([_TraceEvent], Int, (jobs: [UInt64: String], queues: [UInt64: String])) {
+        let events = ring.count < capacity ? ring : Array(ring[next...] + ring[..<next])
+        return (events, dropped, (jobNames, queueNames))
+    }
+}
+
+extension Job {
+    /// Records an event of this job in every running tracer. Called only when `_tracers.isTracing`
+    /// was seen set; out of line, so that the hot path carries only that check. Call with
+    /// `engineLock` held.
+    @inline(never)
+    func _traceLocked(_ kind: _TraceEvent.Kind) {
+        guard !_tracers.list.isEmpty else { return }
+        let queue = _queue?.takeUnretainedValue()
+        // A finishing job is recorded before its queue counts it out: it is not executing after.
+        let executing = (queue?._executing ?? 0) - (kind == .finished ? 1 : 0)
+        var event = _TraceEvent(
+            kind: kind, time: _TraceClock.now(), job: id, queue: queue?.id ?? 0,
+            executing: Int32(clamping: max(executing, 0)), ready: Int32(clamping: queue?._ready.count ?? 0),
+            priority: _priority, outcome: nil, code: nil, dependencies: [])
+        switch kind {
+        case .started: event.dependencies = _dependencies.map(\.id)
+        case .finished: event.outcome = _lifecycle.outcome
+        case .cancelled: event.code = _lifecycle.cancellationCode
+        }
+        for recorder in _tracers.list {
+            recorder.recordLocked(event, job: self, queue: queue)
+        }
+    }
+}
+
+/// Turns recorded events into the Chrome trace event format.
+struct _ChromeTrace {
+    let events: [_TraceEvent]
+    let dropped: Int
+    let names: (jobs: [UInt64: String], queues: [UInt64: String])
+    let now: UInt64
+
+    func json() -> String {
+        var out: [String] = []
+        let origin = events.first?.time ?? now
+        /// Microseconds, with three decimals, as the format wants.
+        func micro(_ nanoseconds: UInt64) -> String {
+            "\(nanoseconds / 1_000).\(String(nanoseconds % 1_000 + 1_000).dropFirst())"
+        }
+        func ts(_ time: UInt64) -> String { micro(time &- min(origin, time)) }
+        func queueName(_ id: UInt64) -> String {
+            id == 0 ? "no queue" : "queue '\(names.queues[id] ?? "JobQueue#\(id)")'"
+        }
+        out.append(#"{"ph":"M","pid":1,"name":"process_name","args":{"name":"Conductor"}}"#)
+        if dropped > 0 {
+            out.append(
+                #"{"ph":"i","pid":1,"tid":0,"ts":0.000,"s":"g","name":"\#(dropped) earlier events were dropped (the tracer keeps \#(events.count))","cat":"tracer"}"#
+            )
+        }
+        // Tracks: one per queue slot, allocated as jobs start (lowest free slot first).
+        var tracks: [String: Int] = [:]
+        var freeSlots: [UInt64: [Int]] = [:]
+        var nextSlot: [UInt64: Int] = [:]
+        var running: [UInt64: (event: _TraceEvent, track: Int, slot: Int)] = [:]
+        /// Where each finished execution ended: its track and time, for flow arrows.
+        var ended: [UInt64: (track: Int, time: UInt64)] = [:]
+        var flowID = 0
+        func track(queue: UInt64, slot: Int) -> Int {
+            let name = "\(queueName(queue)) · slot \(slot)"
+            if let existing = tracks[name] { return existing }
+            let id = tracks.count + 1
+            tracks[name] = id
+            out.append(#"{"ph":"M","pid":1,"tid":\#(id),"name":"thread_name","args":{"name":\#(_json(name))}}"#)
+            out.append(#"{"ph":"M","pid":1,"tid":\#(id),"name":"thread_sort_index","args":{"sort_index":\#(id)}}"#)
+            return id
+        }
+        func complete(_ start: _TraceEvent, track: Int, end: UInt64, outcome: String) {
+            let name = names.jobs[start.job] ?? "Job#\(start.job)"
+            out.append(
+                #"{"ph":"X","pid":1,"tid":\#(track),"ts":\#(ts(start.time)),"dur":\#(micro(end &- min(start.time, end))),"name":\#(_json(name)),"cat":"job","args":{"id":\#(start.job),"queue":\#(_json(queueName(start.queue))),"priority":"\#(start.priority)","outcome":"\#(outcome)"}}"#
+            )
+        }
+        for event in events {
+            let counter =
+                #"{"ph":"C","pid":1,"ts":\#(ts(event.time)),"name":\#(_json(queueName(event.queue))),"args":{"ready":\#(event.ready),"executing":\#(event.executing)}}"#
+            switch event.kind {
+            case .started:
+                var free = freeSlots[event.queue] ?? []
+                let slot: Int
+                if let lowest = free.min() {
+                    slot = lowest
+                    free.removeAll { $0 == lowest }
+                    freeSlots[event.queue] = free
+                } else {
+                    slot = nextSlot[event.queue, default: 0]
+                    nextSlot[event.queue] = slot + 1
+                }
+                let id = track(queue: event.queue, slot: slot)
+                running[event.job] = (event, id, slot)
+                for dependency in event.dependencies {
+                    guard let end = ended[dependency] else { continue }
+                    flowID += 1
+                    out.append(
+                        #"{"ph":"s","pid":1,"tid":\#(end.track),"ts":\#(ts(end.time)),"id":\#(flowID),"name":"dependency","cat":"dependency"}"#
+                    )
+                    out.append(
+                        #"{"ph":"f","bp":"e","pid":1,"tid":\#(id),"ts":\#(ts(event.time)),"id":\#(flowID),"name":"dependency","cat":"dependency"}"#
+                    )
+                }
+                if event.queue != 0 { out.append(counter) }
+            case .finished:
+                guard let start = running.removeValue(forKey: event.job) else { continue }
+                freeSlots[start.event.queue, default: []].append(start.slot)
+                let outcome =
+                    switch event.outcome {
+                    case .failed?: "failed"
+                    case .cancelled?: "cancelled"
+                    default: "succeeded"
+                    }
+                complete(start.event, track: start.track, end: event.time, outcome: outcome)
+                ended[event.job] = (start.track, event.time)
+                if event.outcome == .failed {
+                    let name = names.jobs[event.job] ?? "Job#\(event.job)"
+                    out.append(
+                        #"{"ph":"i","pid":1,"tid":\#(start.track),"ts":\#(ts(event.time)),"s":"t","name":\#(_json("failed: \(name)")),"cat":"failure"}"#
+                    )
+                }
+                if event.queue != 0 { out.append(counter) }
+            case .cancelled:
+                let name = names.jobs[event.job] ?? "Job#\(event.job)"
+                let code = event.code?.description ?? "requested"
+                let track = running[event.job]?.track
+                out.append(
+                    #"{"ph":"i","pid":1,"tid":\#(track ?? 0),"ts":\#(ts(event.time)),"s":"\#(track == nil ? "p" : "t")","name":\#(_json("cancelled (\(code)): \(name)")),"cat":"cancellation","args":{"queue":\#(_json(queueName(event.queue)))}}"#
+                )
+            }
+        }
+        // Jobs still executing: up to now.
+        for (_, start) in running.sorted(by: { $0.key < $1.key }) {
+            complete(start.event, track: start.track, end: max(now, start.event.time), outcome: "executing")
+        }
+        return "{\"traceEvents\":[\n" + out.joined(separator: ",\n")
+            + "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"droppedEvents\":\(dropped)}}\n"
+    }
+}
+
+/// `text` as a JSON string literal.
+func _json(_ text: String) -> String {
+    var result = "\""
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "\"": result += "\\\""
+        case "\\": result += "\\\\"
+        case "\n": result += "\\n"
+        case "\r": result += "\\r"
+        case "\t": result += "\\t"
+        case _ where scalar.value < 0x20:
+            let hex = String(scalar.value, radix: 16)
+            result += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+        default: result.unicodeScalars.append(scalar)
+        }
+    }
+    return result + "\""
+}
