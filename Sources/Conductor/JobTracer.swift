@@ -66,8 +66,8 @@ public final class JobTracer: Sendable {
     ///
     /// - Complexity: O(events kept), with the engine lock held only to copy them.
     public func chromeTraceJSON() -> String {
-        let (events, dropped, names) = engineLock.withLock { recorder.snapshotLocked() }
-        return _ChromeTrace(events: events, dropped: dropped, names: names, now: _TraceClock.now()).json()
+        let snapshot = engineLock.withLock { recorder.snapshotLocked() }
+        return _ChromeTrace(snapshot: snapshot, now: _TraceClock.now()).json()
     }
 }
 
@@ -75,7 +75,7 @@ public final class JobTracer: Sendable {
 /// without it (relaxed: a job that starts just as a tracer starts may or may not be recorded).
 final class _Tracers: @unchecked Sendable {
     // @unchecked Sendable: `list` is guarded by `engineLock`; `isTracing` is atomic.
-    var list: [_TraceRecorder] = []
+    @exclusivity(unchecked) var list: [_TraceRecorder] = []
     let isTracing = Atomic<Bool>(false)
 }
 
@@ -91,63 +91,128 @@ enum _TraceClock {
     }
 }
 
-/// One recorded event. Names are kept once per job and queue, in the recorder.
-struct _TraceEvent: Sendable {
-    enum Kind: UInt8, Sendable {
+/// One recorded event: plain values only, so that writing it into the ring copies bytes and
+/// touches no reference count. A job's name (when it has one) and its dependencies beyond the
+/// first are kept beside the ring, in the recorder; unnamed jobs are named by type and id when the
+/// trace is written.
+struct _TraceEvent {
+    enum Kind: UInt8 {
         case started
         case finished
         case cancelled
     }
 
     var kind: Kind
-    var time: UInt64
-    var job: UInt64
-    var queue: UInt64
-    /// The queue's executing and ready jobs after the event.
-    var executing: Int32
-    var ready: Int32
     var priority: JobPriority
     /// For `finished`: how it ended; for `cancelled`: the code.
     var outcome: _OutcomeKind?
     var code: CancellationReason.Code?
-    /// For `started`: the job's dependencies (all of them, finished by then).
-    var dependencies: [UInt64]
+    /// The queue's executing and ready jobs after the event.
+    var executing: Int32
+    var ready: Int32
+    var time: UInt64
+    var job: UInt64
+    var queue: UInt64
+    /// For `started`: the job's first dependency (0 for none); the others are in the recorder.
+    var firstDependency: UInt64
+    /// The job's type, for its name when it has none.
+    var type: Job.Type
 }
 
-/// A tracer's ring of events and the names it has seen. Guarded by `engineLock`.
+/// A tracer's ring of events, and what the events do not carry: the names of named jobs and of
+/// queues, and dependencies beyond the first. A job's name and dependencies are dropped with its
+/// event, so memory is bounded by the ring (and the number of queues). Guarded by `engineLock`.
 final class _TraceRecorder: @unchecked Sendable {
-    // @unchecked Sendable: every stored property is guarded by `engineLock`.
+    // @unchecked Sendable: every stored property, and the chunks' memory, is guarded by `engineLock`.
+    // `@exclusivity(unchecked)`: the lock rules out conflicting accesses (see the note on `Job`).
+
+    /// Events per chunk. The ring is made of chunks allocated as it fills, so it never copies
+    /// what it holds, and memory grows with use up to `capacity`.
+    static let chunkSize = 4_096
+
     let capacity: Int
-    private var ring: [_TraceEvent] = []
-    private var next = 0
-    private var dropped = 0
-    private var jobNames: [UInt64: String] = [:]
-    private var queueNames: [UInt64: String] = [:]
+    @exclusivity(unchecked) private var chunks: [UnsafeMutablePointer<_TraceEvent>] = []
+    /// Events written so far (`count` of them are kept), and where the next one goes.
+    @exclusivity(unchecked) private var count = 0
+    @exclusivity(unchecked) private var next = 0
+    @exclusivity(unchecked) private var dropped = 0
+    @exclusivity(unchecked) private var jobNames: [UInt64: String] = [:]
+    @exclusivity(unchecked) private var moreDependencies: [UInt64: [UInt64]] = [:]
+    @exclusivity(unchecked) private var queueNames: [UInt64: String] = [:]
+    @exclusivity(unchecked) private var lastQueue: UInt64 = 0
 
     init(capacity: Int) {
         self.capacity = capacity
     }
 
-    func recordLocked(_ event: _TraceEvent, job: Job, queue: JobQueue?) {
-        if jobNames[event.job] == nil {
-            jobNames[event.job] = job._describeLocked
+    deinit {
+        for chunk in chunks {
+            chunk.deallocate()
         }
-        if let queue, queueNames[event.queue] == nil {
-            queueNames[event.queue] = queue._displayNameLocked
-        }
-        if ring.count < capacity {
-            ring.append(event)
-        } else {
-            ring[next] = event
-            dropped += 1
-        }
-        next = (next + 1) % capacity
     }
 
-    /// The events, oldest first, how many were dropped, and the names.
-    func snapshotLocked() -> ([_TraceEvent], Int, (jobs: [UInt64: String], queues: [UInt64: String])) {
-        let events = ring.count < capacity ? ring : Array(ring[next...] + ring[..<next])
-        return (events, dropped, (jobNames, queueNames))
+    private func slot(_ index: Int) -> UnsafeMutablePointer<_TraceEvent> {
+        chunks[index / _TraceRecorder.chunkSize] + index % _TraceRecorder.chunkSize
+    }
+
+    func recordLocked(_ event: _TraceEvent, job: Job, queue: JobQueue?) {
+        if let queue, event.queue != lastQueue {
+            lastQueue = event.queue
+            if queueNames[event.queue] == nil {
+                queueNames[event.queue] = queue._displayNameLocked
+            }
+        }
+        if event.kind != .finished {
+            if let name = job._name { jobNames[event.job] = name }
+            if event.kind == .started && job._dependencies.count > 1 {
+                moreDependencies[event.job] = job._dependencies.dropFirst().map(\.id)
+            }
+        }
+        if count < capacity {
+            if next == chunks.count * _TraceRecorder.chunkSize {
+                chunks.append(.allocate(capacity: min(_TraceRecorder.chunkSize, capacity - next)))
+            }
+            slot(next).initialize(to: event)
+            count += 1
+        } else {
+            // The overwritten event's name and dependencies go with it: memory stays bounded.
+            let old = slot(next).pointee
+            if old.kind != .finished && !jobNames.isEmpty { jobNames[old.job] = nil }
+            if old.kind == .started && !moreDependencies.isEmpty { moreDependencies[old.job] = nil }
+            slot(next).pointee = event
+            dropped += 1
+        }
+        next = next + 1 == capacity ? 0 : next + 1
+    }
+
+    /// The events, oldest first, how many were dropped, and what they do not carry.
+    func snapshotLocked() -> _TraceSnapshot {
+        var events: [_TraceEvent] = []
+        events.reserveCapacity(count)
+        let first = count < capacity ? 0 : next
+        for offset in 0..<count {
+            events.append(slot((first + offset) % capacity).pointee)
+        }
+        return _TraceSnapshot(
+            events: events, dropped: dropped, jobNames: jobNames, moreDependencies: moreDependencies,
+            queueNames: queueNames)
+    }
+}
+
+/// A recorder's contents, copied out under the lock and written out after.
+struct _TraceSnapshot {
+    let events: [_TraceEvent]
+    let dropped: Int
+    let jobNames: [UInt64: String]
+    let moreDependencies: [UInt64: [UInt64]]
+    let queueNames: [UInt64: String]
+
+    func name(of event: _TraceEvent) -> String {
+        jobNames[event.job] ?? "\(event.type)#\(event.job)"
+    }
+
+    func dependencies(of event: _TraceEvent) -> [UInt64] {
+        event.firstDependency == 0 ? [] : [event.firstDependency] + (moreDependencies[event.job] ?? [])
     }
 }
 
@@ -158,15 +223,16 @@ extension Job {
     @inline(never)
     func _traceLocked(_ kind: _TraceEvent.Kind) {
         guard !_tracers.list.isEmpty else { return }
+        // Unretained: the job's queue outlives this critical section (it holds the job).
         let queue = _queue?.takeUnretainedValue()
         // A finishing job is recorded before its queue counts it out: it is not executing after.
         let executing = (queue?._executing ?? 0) - (kind == .finished ? 1 : 0)
         var event = _TraceEvent(
-            kind: kind, time: _TraceClock.now(), job: id, queue: queue?.id ?? 0,
-            executing: Int32(clamping: max(executing, 0)), ready: Int32(clamping: queue?._ready.count ?? 0),
-            priority: _priority, outcome: nil, code: nil, dependencies: [])
+            kind: kind, priority: _priority, outcome: nil, code: nil, executing: Int32(clamping: max(executing, 0)),
+            ready: Int32(clamping: queue?._ready.count ?? 0), time: _TraceClock.now(), job: id, queue: queue?.id ?? 0,
+            firstDependency: 0, type: type(of: self))
         switch kind {
-        case .started: event.dependencies = _dependencies.map(\.id)
+        case .started: event.firstDependency = _dependencies.first?.id ?? 0
         case .finished: event.outcome = _lifecycle.outcome
         case .cancelled: event.code = _lifecycle.cancellationCode
         }
@@ -178,10 +244,11 @@ extension Job {
 
 /// Turns recorded events into the Chrome trace event format.
 struct _ChromeTrace {
-    let events: [_TraceEvent]
-    let dropped: Int
-    let names: (jobs: [UInt64: String], queues: [UInt64: String])
+    let snapshot: _TraceSnapshot
     let now: UInt64
+
+    var events: [_TraceEvent] { snapshot.events }
+    var dropped: Int { snapshot.dropped }
 
     func json() -> String {
         var out: [String] = []
@@ -192,7 +259,7 @@ struct _ChromeTrace {
         }
         func ts(_ time: UInt64) -> String { micro(time &- min(origin, time)) }
         func queueName(_ id: UInt64) -> String {
-            id == 0 ? "no queue" : "queue '\(names.queues[id] ?? "JobQueue#\(id)")'"
+            id == 0 ? "no queue" : "queue '\(snapshot.queueNames[id] ?? "JobQueue#\(id)")'"
         }
         out.append(#"{"ph":"M","pid":1,"name":"process_name","args":{"name":"Conductor"}}"#)
         if dropped > 0 {
@@ -218,7 +285,7 @@ struct _ChromeTrace {
             return id
         }
         func complete(_ start: _TraceEvent, track: Int, end: UInt64, outcome: String) {
-            let name = names.jobs[start.job] ?? "Job#\(start.job)"
+            let name = snapshot.name(of: start)
             out.append(
                 #"{"ph":"X","pid":1,"tid":\#(track),"ts":\#(ts(start.time)),"dur":\#(micro(end &- min(start.time, end))),"name":\#(_json(name)),"cat":"job","args":{"id":\#(start.job),"queue":\#(_json(queueName(start.queue))),"priority":"\#(start.priority)","outcome":"\#(outcome)"}}"#
             )
@@ -240,7 +307,7 @@ struct _ChromeTrace {
                 }
                 let id = track(queue: event.queue, slot: slot)
                 running[event.job] = (event, id, slot)
-                for dependency in event.dependencies {
+                for dependency in snapshot.dependencies(of: event) {
                     guard let end = ended[dependency] else { continue }
                     flowID += 1
                     out.append(
@@ -263,14 +330,14 @@ struct _ChromeTrace {
                 complete(start.event, track: start.track, end: event.time, outcome: outcome)
                 ended[event.job] = (start.track, event.time)
                 if event.outcome == .failed {
-                    let name = names.jobs[event.job] ?? "Job#\(event.job)"
+                    let name = snapshot.name(of: start.event)
                     out.append(
                         #"{"ph":"i","pid":1,"tid":\#(start.track),"ts":\#(ts(event.time)),"s":"t","name":\#(_json("failed: \(name)")),"cat":"failure"}"#
                     )
                 }
                 if event.queue != 0 { out.append(counter) }
             case .cancelled:
-                let name = names.jobs[event.job] ?? "Job#\(event.job)"
+                let name = snapshot.name(of: event)
                 let code = event.code?.description ?? "requested"
                 let track = running[event.job]?.track
                 out.append(
