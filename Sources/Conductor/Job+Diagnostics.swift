@@ -3,6 +3,13 @@
 enum _BlockedOn {
     case job(Job)
     case queue(JobQueue)
+
+    var object: AnyObject {
+        switch self {
+        case .job(let job): job
+        case .queue(let queue): queue
+        }
+    }
 }
 
 /// One reason an unstarted job is not running: its keyword (`dependency`, `condition`,
@@ -16,20 +23,15 @@ struct _WaitReason {
 }
 
 extension Job: CustomStringConvertible, CustomDebugStringConvertible {
-    /// The job's name (or type and ``id``), state, queue and priority, and for a job that waits, the
-    /// first reason it waits: `"fetch: pending (dependency 'login') on 'network', priority normal"`.
-    ///
-    /// The words are those of ``JobState``, ``JobPriority`` and the outcome; the reason starts with
-    /// its keyword (see ``explain()``). Takes the engine lock briefly; no user code runs under it.
-    public var description: String {
+    /// ``description``, as the engine writes it.
+    var _engineDescription: String {
         engineLock.withLock {
             "\(_describeLocked): \(_statusLocked(now: _DiagnosticClock.now())), priority \(_priority)"
         }
     }
 
-    /// The ``description`` with the job's type and ``id``, every reason it waits and, for a
-    /// finished job, its outcome in full.
-    public var debugDescription: String {
+    /// ``debugDescription``, as the engine writes it.
+    var _engineDebugDescription: String {
         let text = engineLock.withLock {
             var text = _DeferredText("\(type(of: self))#\(id) ")
             text.append(_explanationLocked(now: _DiagnosticClock.now()))
@@ -153,7 +155,7 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
                     "\n  - finish(): its work has not signalled its end; an asynchronous job runs until it calls finish()"
                 )
             }
-            if let blocked = _extras?.blockedOn {
+            for blocked in _extras?.blockedOn ?? [] {
                 text.append("\n  - its work is blocked in ")
                 switch blocked {
                 case .job(let job):
@@ -189,7 +191,7 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
                 reasons.append(_conditionReasonLocked(queue: queue))
             }
             if waits.exclusivity != 0, let extras = _extras {
-                reasons.append(_categoryReasonLocked(extras, now: now))
+                reasons.append(_categoryReasonLocked(extras, now: now, detailed: detailed))
             }
             return reasons
         }
@@ -269,16 +271,20 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
         return _WaitReason(keyword: "condition", short: short, long: long)
     }
 
-    private func _categoryReasonLocked(_ extras: _JobExtras, now: UInt64) -> _WaitReason {
+    private func _categoryReasonLocked(_ extras: _JobExtras, now: UInt64, detailed: Bool) -> _WaitReason {
         var short = "category"
         var details: [String] = []
         for name in extras.lineCategories {
             let (holder, first) = _exclusivity.occupantsLocked(of: name)
             if let holder, holder !== self {
                 if details.isEmpty { short = "category '\(name)' held by '\(holder._describeLocked)'" }
+                // Only the long text gives the other job's status: a short one must not recurse
+                // through a line of jobs each waiting for the next.
+                guard detailed else { break }
                 details.append("'\(name)' is held by '\(holder._describeLocked)' (\(holder._statusLocked(now: now)))")
             } else if let first, first !== self {
                 if details.isEmpty { short = "category '\(name)' behind '\(first._describeLocked)'" }
+                guard detailed else { break }
                 details.append(
                     "'\(name)': '\(first._describeLocked)' is ahead in line (\(first._statusLocked(now: now)))")
             }
@@ -289,24 +295,30 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
 
     /// Records that the caller, if it is a job's work, blocks in a wait on `target` until
     /// `_endBlockedWait` (for ``StallWatchdog`` and ``explain()``). Returns the waiting job. Call
-    /// with `engineLock` held.
+    /// with `engineLock` held. A job's work may wait in several places at once (the blocks of a
+    /// ``BlockJob`` run concurrently): each wait is recorded.
     static func _beginBlockedWaitLocked(on target: _BlockedOn) -> Job? {
         guard let waiter = _ThreadContext.job ?? _TaskRunner.bodyJobOfCurrentTaskLocked(),
             waiter._state == .executing
         else { return nil }
-        waiter._extrasLocked.blockedOn = target
+        waiter._extrasLocked.blockedOn.append(target)
         _blockedWaits.waiters[ObjectIdentifier(waiter)] = waiter
         return waiter
     }
 
-    /// The wait that `_beginBlockedWaitLocked` recorded for `waiter` returned.
-    static func _endBlockedWait(of waiter: Job?) {
+    /// The wait on `target` that `_beginBlockedWaitLocked` recorded for `waiter` returned.
+    static func _endBlockedWait(of waiter: Job?, on target: AnyObject) {
         guard let waiter else { return }
-        // Neither release frees anything under the lock: the target is held by the waiting call's
-        // own `self`, and the waiter by the caller's `waiter`.
+        // Nothing is freed under the lock: the target is held by the waiting call's own `self`,
+        // and the waiter by the caller's `waiter`.
         engineLock.withLock {
-            waiter._extras?.blockedOn = nil
-            _blockedWaits.waiters[ObjectIdentifier(waiter)] = nil
+            guard let extras = waiter._extras else { return }
+            if let index = extras.blockedOn.firstIndex(where: { $0.object === target }) {
+                extras.blockedOn.remove(at: index)
+            }
+            if extras.blockedOn.isEmpty {
+                _blockedWaits.waiters[ObjectIdentifier(waiter)] = nil
+            }
         }
     }
 }

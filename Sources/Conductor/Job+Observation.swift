@@ -54,8 +54,8 @@ final class _JobExtras: @unchecked Sendable {
     /// The job's time limit (``Job/timeout``), and the timer counting it down while it executes.
     var timeout: Duration?
     var timer: DispatchSourceTimer?
-    /// What the job's work is blocked on in a `waitUntil…` call, while it is (diagnostics).
-    var blockedOn: _BlockedOn?
+    /// What the job's work is blocked on in `waitUntil…` calls, while it is (diagnostics).
+    var blockedOn: [_BlockedOn] = []
 
     /// Whether finishing has user code to run (observers, a completion block) or must go through the
     /// delivery already running on another thread, so that events keep their order.
@@ -184,7 +184,7 @@ extension Job {
         let waiter = Job._beginBlockedWaitLocked(on: .job(self))
         engineLock.unlock()
         semaphore.wait()
-        Job._endBlockedWait(of: waiter)
+        Job._endBlockedWait(of: waiter, on: self)
     }
 
     /// Suspends until the job has finished and its completion block has run.
@@ -204,7 +204,7 @@ extension Job {
             waiter = Job._beginBlockedWaitLocked(on: .job(self))
             engineLock.unlock()
         }
-        Job._endBlockedWait(of: waiter)
+        Job._endBlockedWait(of: waiter, on: self)
     }
 
     /// Traps, after unlocking, when the caller is this job's own work: a synchronous job's

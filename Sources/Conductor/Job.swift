@@ -639,6 +639,18 @@ open class Job: @unchecked Sendable {
 
     // MARK: Descriptions
 
+    /// The job's name (or type and ``id``), state, queue and priority, and for a job that waits, the
+    /// first reason it waits: `"fetch: pending (dependency 'login') on 'network', priority normal"`.
+    ///
+    /// The words are those of ``JobState``, ``JobPriority`` and the outcome; the reason starts with
+    /// its keyword (see ``explain()``). Takes the engine lock briefly; no user code runs under it.
+    /// Subclasses may override it; ``explain()``, ``JobQueue/dotGraph()`` and the
+    /// ``StallWatchdog`` name jobs by ``name`` and do not use it.
+    open var description: String { _engineDescription }
+
+    /// The job's type and ``id`` followed by its ``explain()`` text. Subclasses may override it.
+    open var debugDescription: String { _engineDebugDescription }
+
     /// The job's name, or its type and ``id`` when it has none.
     public var displayName: String { engineLock.withLock { _describeLocked } }
 

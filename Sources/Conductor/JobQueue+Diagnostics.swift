@@ -1,6 +1,6 @@
 extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
     /// The queue's name (or `JobQueue#id`), limit, and how many jobs execute, are ready and wait:
-    /// `"network: limit 4, 4 executing, 2 ready, 7 pending"`, with `", suspended"` when it is.
+    /// `"network: limit 4, 4 executing, 2 ready, 7 waiting"`, with `", suspended"` when it is.
     public var description: String {
         engineLock.withLock { "\(_displayNameLocked): \(_summaryLocked)" }
     }
@@ -24,11 +24,13 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
 
     // MARK: Engine snapshots (call with engineLock held)
 
-    /// "limit 4, 4 executing, 2 ready, 7 pending, suspended".
+    /// "limit 4, 4 executing, 2 ready, 7 waiting, suspended": waiting counts every unfinished job
+    /// that is neither executing nor in the ready line (pending jobs, and ready ones held behind a
+    /// barrier or an unstarted group).
     var _summaryLocked: String {
         let limit = _maxConcurrentJobCount < 0 ? "default limit \(_limit)" : "limit \(_limit)"
         let waiting = _jobCount - _executing - _ready.count
-        return "\(limit), \(_executing) executing, \(_ready.count) ready, \(waiting) pending"
+        return "\(limit), \(_executing) executing, \(_ready.count) ready, \(waiting) waiting"
             + (_isSuspended ? ", suspended" : "")
     }
 
@@ -122,7 +124,7 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
                 lines.append("  - \(priority): " + _listing(jobs) { "'\($0._describeLocked)'" })
             }
             if let obstacle = inLine.first.flatMap({ _readyJobObstacleLocked($0, now: now) }) {
-                lines.append("  They wait: \(obstacle.keyword): \(obstacle.long.rendered())")
+                lines.append("  They wait: \(obstacle.keyword): \(obstacle.long.plainText)")
             }
         }
         var waiting: [String: [(Job, String)]] = [:]

@@ -61,15 +61,18 @@ struct _DotGraph {
         }
         // Unfinished dependencies that were not drawn: in a dashed cluster per queue (or none).
         var foreign: [(queue: JobQueue?, jobs: [Job])] = []
+        var foreignIndex: [ObjectIdentifier?: Int] = [:]
+        var seen: Set<ObjectIdentifier> = []
         for job in drawn {
             for dependency in job._dependencies where dependency._state != .finished {
-                guard nodes[ObjectIdentifier(dependency)] == nil,
-                    !foreign.contains(where: { $0.jobs.contains { $0 === dependency } })
+                guard nodes[ObjectIdentifier(dependency)] == nil, seen.insert(ObjectIdentifier(dependency)).inserted
                 else { continue }
                 let queue = dependency._queue?.takeUnretainedValue()
-                if let index = foreign.firstIndex(where: { $0.queue === queue }) {
+                let key = queue.map(ObjectIdentifier.init)
+                if let index = foreignIndex[key] {
                     foreign[index].jobs.append(dependency)
                 } else {
+                    foreignIndex[key] = foreign.count
                     foreign.append((queue, [dependency]))
                 }
             }

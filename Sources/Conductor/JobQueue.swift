@@ -360,7 +360,7 @@ public final class JobQueue: @unchecked Sendable {
         let waiter = Job._beginBlockedWaitLocked(on: .queue(self))
         engineLock.unlock()
         semaphore.wait()
-        Job._endBlockedWait(of: waiter)
+        Job._endBlockedWait(of: waiter, on: self)
     }
 
     /// Suspends until every job added so far has finished and its completion block has run.
@@ -378,7 +378,7 @@ public final class JobQueue: @unchecked Sendable {
             waiter = Job._beginBlockedWaitLocked(on: .queue(self))
             engineLock.unlock()
         }
-        Job._endBlockedWait(of: waiter)
+        Job._endBlockedWait(of: waiter, on: self)
     }
 
     /// Traps, after unlocking, when the caller is a job of this queue (its work on this thread, or

@@ -103,6 +103,9 @@ public final class RetryJob: Job, @unchecked Sendable {
 
     override var _isComposite: Bool { true }
 
+    /// The attempt in flight, if any. Call with `engineLock` held.
+    var _currentAttemptLocked: Job? { delayTimer == nil ? current : nil }
+
     override func _executingDetailLocked(now: UInt64) -> _DeferredText? {
         if delayTimer != nil {
             return _DeferredText(

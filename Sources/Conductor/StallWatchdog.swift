@@ -53,13 +53,16 @@ public struct StallReport: CustomStringConvertible, Sendable {
 /// waits made from inside a job's work (the work of a ``TaskJob`` included). A wait from a thread
 /// that runs no job cannot be part of a cycle the engine can see.
 ///
-/// - Complexity: Each wake-up is O(queues + the jobs it looks at): for each queue, its members up
-///   to the last executing one (usually the oldest few), and, while some job's work is blocked in a
-///   wait, the jobs that wait reaches.
+/// - Complexity: Each wake-up is O(queues + the jobs it looks at), under the engine lock: for each
+///   queue, its members up to the last executing one (usually the oldest few, but all of them when
+///   an executing job was added after many that still wait), and, while some job's work is blocked
+///   in a wait or a composite job executes, the jobs those reach.
 public final class StallWatchdog: Sendable {
     /// How long a job may execute, or a queue go without starting a ready job, before it is
     /// reported.
     public let threshold: Duration
+    /// How often it wakes: half the threshold, but not more often than once a millisecond.
+    let interval: Duration
     private let onStall: @Sendable (StallReport) -> Void
     private let tickObserver: (@Sendable () -> Void)?
     private let queue = DispatchQueue(label: "Conductor.StallWatchdog")
@@ -70,18 +73,21 @@ public final class StallWatchdog: Sendable {
         _require(
             threshold > .zero, "StallWatchdog(threshold:onStall:): the threshold must be positive; got \(threshold)")
         self.threshold = threshold
+        self.interval = max(threshold / 2, .milliseconds(1))
         self.onStall = onStall
         self.tickObserver = nil
     }
 
-    /// For tests: `tickObserver` is called after each wake-up, once its reports have been made.
+    /// For tests: wakes every `interval` (instead of `threshold / 2`), and calls `tickObserver`
+    /// after each wake-up, once its reports have been made.
     package init(
-        threshold: Duration, tickObserver: @escaping @Sendable () -> Void,
+        threshold: Duration, interval: Duration? = nil, tickObserver: @escaping @Sendable () -> Void,
         onStall: @escaping @Sendable (StallReport) -> Void
     ) {
         _require(
             threshold > .zero, "StallWatchdog(threshold:onStall:): the threshold must be positive; got \(threshold)")
         self.threshold = threshold
+        self.interval = max(interval ?? threshold / 2, .milliseconds(1))
         self.onStall = onStall
         self.tickObserver = tickObserver
     }
@@ -90,23 +96,26 @@ public final class StallWatchdog: Sendable {
         state.withLock { $0.timer }?.cancel()
     }
 
-    /// Starts watching. Starting a started watchdog does nothing.
+    /// Starts watching, with no memory of earlier episodes. Starting a started watchdog does
+    /// nothing.
     public func start() {
         let timer: DispatchSourceTimer? = state.withLock { state in
             guard state.timer == nil else { return nil }
             let timer = DispatchSource.makeTimerSource(queue: queue)
             state.timer = timer
+            state.episodes = _StallEpisodes()
             return timer
         }
         guard let timer else { return }
-        let interval = _dispatchInterval(threshold / 2)
-        timer.schedule(deadline: .now() + interval, repeating: interval, leeway: _dispatchInterval(threshold / 20))
+        let interval = _dispatchInterval(interval)
+        timer.schedule(deadline: .now() + interval, repeating: interval, leeway: _dispatchInterval(self.interval / 10))
         timer.setEventHandler { [weak self] in self?.tick() }
         timer.resume()
     }
 
-    /// Stops watching. A report already being delivered may still arrive; none starts after this
-    /// returns, unless the watchdog is started again. Stopping a stopped watchdog does nothing.
+    /// Stops watching. A report already being delivered (`onStall` running) finishes; no other
+    /// report is delivered after this returns, unless the watchdog is started again. Stopping a
+    /// stopped watchdog does nothing.
     public func stop() {
         let timer: DispatchSourceTimer? = state.withLock { state in
             defer { state.timer = nil }
@@ -132,6 +141,8 @@ public final class StallWatchdog: Sendable {
         engineLock.unlock()
         state.withLock { $0.episodes = episodes }
         for stall in found {
+            // Stopped meanwhile: deliver nothing more.
+            guard state.withLock({ $0.timer != nil }) else { return }
             onStall(StallReport(kind: stall.kind, jobs: stall.jobs, description: stall.text.rendered()))
         }
         tickObserver?()
@@ -153,9 +164,9 @@ struct _StallEpisodes: Sendable {
     var longJobs: Set<UInt64> = []
     /// Per queue with ready jobs and free slots: its first ready job, since when it was seen so,
     /// and whether that was reported.
-    var stuckQueues: [UInt64: (head: UInt64, since: UInt64, reported: Bool)] = [:]
-    /// The wait cycles reported (their jobs' ids, sorted), while they last.
-    var cycles: Set<[UInt64]> = []
+    var stuckQueues: [UInt64: (head: UInt64, ticket: UInt64, since: UInt64, reported: Bool)] = [:]
+    /// The stuck waiters (and composite jobs) already reported in a wait cycle, while they stay stuck.
+    var stuckReported: Set<UInt64> = []
 
     struct Found {
         let kind: StallReport.Kind
@@ -168,7 +179,10 @@ struct _StallEpisodes: Sendable {
     mutating func lookLocked(at queues: [JobQueue], threshold: UInt64, now: UInt64) -> [Found] {
         var found: [Found] = []
         var stillLong: Set<UInt64> = []
-        var stillStuck: [UInt64: (head: UInt64, since: UInt64, reported: Bool)] = [:]
+        var stillStuck: [UInt64: (head: UInt64, ticket: UInt64, since: UInt64, reported: Bool)] = [:]
+        // The jobs the wait-cycle search starts from: blocked waiters, and executing composite
+        // jobs (a group holds its slot while it needs its children).
+        var seeds = _blockedWaits.waiters.values.sorted { $0.id < $1.id }
         for queue in queues where queue._jobCount > 0 {
             // Executing jobs: the queue's members up to the last of its `_executing` jobs.
             var remaining = queue._executing
@@ -178,6 +192,7 @@ struct _StallEpisodes: Sendable {
                 node = job._next
                 guard job._state == .executing else { continue }
                 remaining -= 1
+                if job._isComposite { seeds.append(job) }
                 guard !job._isComposite, let started = job._startedAtLocked, now &- min(started, now) >= threshold
                 else { continue }
                 stillLong.insert(job.id)
@@ -193,8 +208,8 @@ struct _StallEpisodes: Sendable {
             guard !queue._isSuspended, queue._executing < queue._limit, let head = queue._ready.peekFirst() else {
                 continue
             }
-            var episode = (head: head.id, since: now, reported: false)
-            if let previous = stuckQueues[queue.id], previous.head == head.id {
+            var episode = (head: head.id, ticket: head._readyTicket, since: now, reported: false)
+            if let previous = stuckQueues[queue.id], previous.head == head.id, previous.ticket == head._readyTicket {
                 episode = previous
             }
             if !episode.reported && now &- min(episode.since, now) >= threshold {
@@ -213,42 +228,45 @@ struct _StallEpisodes: Sendable {
         longJobs = stillLong
         stuckQueues = stillStuck
 
-        var stillCycles: Set<[UInt64]> = []
-        if !_blockedWaits.waiters.isEmpty {
+        var stillReported: Set<UInt64> = []
+        if !seeds.isEmpty {
             var graph = _WaitGraph()
-            for waiter in _blockedWaits.waiters.values.sorted(by: { $0.id < $1.id }) {
-                graph.add(waiter)
+            for seed in seeds {
+                graph.add(seed)
             }
+            let seedIDs = Set(seeds.map(\.id))
             for stuck in graph.stuckGroupsLocked() {
-                // The episode is the stuck waiters: jobs piling up behind them make no new one.
-                let key = stuck.filter { _blockedWaits.waiters[ObjectIdentifier($0)] != nil }.map(\.id)
-                stillCycles.insert(key)
-                if !cycles.contains(key) {
-                    var text = _DeferredText(
-                        "waitCycle: \(stuck.count) jobs wait for each other and none can proceed; break the cycle by cancelling one of them, or do not wait for a job from the work of a job it needs.\n"
-                    )
-                    for job in stuck.prefix(16) {
-                        text.append(job._explanationLocked(now: now))
-                        text.append("\n")
-                    }
-                    found.append(Found(kind: .waitCycle, jobs: stuck, text: text))
+                // The episode is the stuck seeds: jobs piling up behind them make no new one, and
+                // a new waiter stuck on the same cycle does.
+                let stuckSeeds = stuck.map(\.id).filter { seedIDs.contains($0) }
+                stillReported.formUnion(stuckSeeds)
+                guard !stuckSeeds.allSatisfy(stuckReported.contains) else { continue }
+                var text = _DeferredText(
+                    "waitCycle: \(stuck.count) jobs wait for each other and none can proceed; break the cycle by cancelling one of them, or do not wait for a job from the work of a job it needs.\n"
+                )
+                for job in stuck.prefix(16) {
+                    text.append(job._explanationLocked(now: now))
+                    text.append("\n")
                 }
+                found.append(Found(kind: .waitCycle, jobs: stuck, text: text))
             }
         }
-        cycles = stillCycles
+        stuckReported = stillReported
         return found
     }
 }
 
 /// The wait-for graph behind ``StallReport/Kind/waitCycle``: from the jobs whose work is blocked in
-/// a wait, every job they need, and what each of those needs in turn. A job needs all of its
-/// `all` set (the job it waits for, its unfinished dependencies, the holders of its categories
-/// and those ahead of it in line, its barrier, its group) and, when it waits for a slot, one of
-/// its `any` set (the jobs executing on its full queue). A job that needs nothing can proceed
-/// (it executes and is not blocked, it has finished, or it waits for something outside the graph:
-/// a condition, a suspended queue, a limit of 0, its own `finish()`). Proceeding spreads to every
-/// job whose needs are then met; the jobs left are stuck, and can only be stuck through a cycle.
-/// Build and search with `engineLock` held.
+/// a wait and the executing composite jobs, every job they need, and what each of those needs in
+/// turn. A job needs all of its `all` set (the jobs it is blocked waiting for, a group's unfinished
+/// children, a retry job's attempt, its unfinished dependencies, the holders of its categories and
+/// those ahead of it in line, its barrier, its unstarted group) and, when it waits for a slot, one
+/// of its `any` set (the jobs executing on its full queue). A job that needs nothing can proceed:
+/// it executes and is not blocked, it is an asynchronous job (another thread may call `finish()`
+/// even while its `execute()` waits), it has finished, or it waits for something outside the graph
+/// (a condition, a suspended queue, a limit of 0). Proceeding spreads to every job whose needs are
+/// then met; the jobs left are stuck, and can only be stuck through a cycle. Build and search with
+/// `engineLock` held.
 struct _WaitGraph {
     private var index: [ObjectIdentifier: Int] = [:]
     private var jobs: [Job] = []
@@ -298,15 +316,33 @@ struct _WaitGraph {
         case .finished:
             return
         case .executing:
-            switch job._extras?.blockedOn {
-            case .job(let target)? where target._state != .finished:
-                need(position, target)
-            case .queue(let queue)?:
-                for member in queue._membersLocked() where member !== job {
-                    need(position, member)
+            if let group = job as? GroupJob {
+                // It holds its slot until every child has finished.
+                for child in group._childrenLocked._membersLocked() {
+                    need(position, child)
                 }
-            default:
                 return
+            }
+            if let retry = job as? RetryJob {
+                if let attempt = retry._currentAttemptLocked, attempt._state != .finished {
+                    need(position, attempt)
+                }
+                return
+            }
+            // An asynchronous job may be finished from any thread, even while its `execute()` is
+            // blocked in a wait: it can proceed. A `TaskJob` ends only when its body does.
+            guard job.finishesWhenExecuteReturns || job._taskRunner != nil else { return }
+            for blocked in job._extras?.blockedOn ?? [] {
+                switch blocked {
+                case .job(let target) where target._state != .finished:
+                    need(position, target)
+                case .queue(let queue):
+                    for member in queue._membersLocked() where member !== job {
+                        need(position, member)
+                    }
+                default:
+                    break
+                }
             }
         case .pending:
             let waits = job._lifecycle.waits

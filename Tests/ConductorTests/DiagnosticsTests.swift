@@ -39,9 +39,12 @@ private func expectText(
         queue.addJob(job)
         #expect(job.description == "fetch: ready (suspended queue) on 'diag-describe', priority high")
         #expect(job.debugDescription.hasPrefix("BlockJob#\(job.id) 'fetch' is ready on queue 'diag-describe'"))
+        expectText(
+            job.explain(),
+            contains: ["- suspended: queue 'diag-describe' is suspended; set isSuspended to false to resume it"])
         #expect(
             queue.description
-                == "diag-describe: default limit \(JobQueue.systemDefaultWidth), 0 executing, 1 ready, 0 pending, suspended"
+                == "diag-describe: default limit \(JobQueue.systemDefaultWidth), 0 executing, 1 ready, 0 waiting, suspended"
         )
 
         queue.isSuspended = false
@@ -262,10 +265,10 @@ private func expectText(
         try! blocked.addDependency(normal)
         queue.addJobs([normal, high, blocked], waitUntilFinished: false)
 
-        #expect(queue.description == "diag-queue: limit 1, 1 executing, 2 ready, 1 pending")
+        #expect(queue.description == "diag-queue: limit 1, 1 executing, 2 ready, 1 waiting")
         #expect(
             timesHidden(queue.explain()) == """
-                Queue 'diag-queue': limit 1, 1 executing, 2 ready, 1 pending.
+                Queue 'diag-queue': limit 1, 1 executing, 2 ready, 1 waiting.
                 Executing (1):
                   - 'holder' executing for T, until finish()
                 Ready (2), in the order they will start:

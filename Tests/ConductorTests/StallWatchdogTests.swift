@@ -17,7 +17,9 @@ private final class Watch: Sendable {
     private let reportStream: AsyncStream<StallReport>
     private let watchdog: StallWatchdog
 
-    init(threshold: Duration = .milliseconds(100), isOurs: @escaping @Sendable (Job) -> Bool) {
+    init(
+        threshold: Duration = .milliseconds(100), interval: Duration? = nil, isOurs: @escaping @Sendable (Job) -> Bool
+    ) {
         let (ticks, tick) = AsyncStream<Void>.makeStream()
         let (reportStream, report) = AsyncStream<StallReport>.makeStream()
         self.ticks = ticks
@@ -25,7 +27,7 @@ private final class Watch: Sendable {
         let reports = reports
         let wakeUps = wakeUps
         watchdog = StallWatchdog(
-            threshold: threshold,
+            threshold: threshold, interval: interval,
             tickObserver: {
                 wakeUps.increment()
                 tick.yield()
@@ -46,12 +48,12 @@ private final class Watch: Sendable {
         fatalError("the report stream ended")
     }
 
-    /// Waits until the watchdog has woken `count` more times.
+    /// Waits until the watchdog has woken `count` more times from now (wake-ups already buffered
+    /// in the stream do not count).
     func waitForWakeUps(_ count: Int) async {
-        var seen = 0
-        for await _ in ticks {
-            seen += 1
-            if seen == count { return }
+        let target = wakeUps.value + count
+        for await _ in ticks where wakeUps.value >= target {
+            return
         }
     }
 
@@ -162,7 +164,7 @@ private func expectText(_ text: String, contains parts: [String], sourceLocation
     @Test(.timeLimit(.minutes(1)))
     func aCycleThroughACategoryIsReportedAsAWaitCycle() async {
         let category = "wd-category-\(UInt64.random(in: 0...UInt64.max))"
-        let queue = JobQueue(name: "wd-category")
+        let queue = JobQueue(name: "wd-category", maxConcurrentJobCount: 2)
         let second = BlockJob {}
         second.name = "wd-second"
         second.exclusivityCategories = [category]
@@ -187,7 +189,9 @@ private func expectText(_ text: String, contains parts: [String], sourceLocation
 
     @Test(.timeLimit(.minutes(2)))
     func aHealthyRunOfAHundredThousandJobsIsNotReported() async {
-        let watch = Watch(threshold: .milliseconds(500)) { $0.name == "wd-healthy" }
+        // A long threshold, so that a busy machine cannot make a healthy job look stuck, but
+        // frequent wake-ups, so that the wait-cycle search runs many times during the run.
+        let watch = Watch(threshold: .seconds(10), interval: .milliseconds(20)) { $0.name == "wd-healthy" }
         watch.start()
         let queue = JobQueue(name: "wd-healthy-queue", maxConcurrentJobCount: 4)
         let other = JobQueue(name: "wd-healthy-other")
@@ -221,6 +225,82 @@ private func expectText(_ text: String, contains parts: [String], sourceLocation
         }
         watch.stop()
         #expect(watch.reports.values.map(\.description) == [])
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aWaitForAJobThatCanStillFinishIsNotACycle() async {
+        let holder = HeldJob(name: "wd-held")
+        let elsewhere = JobQueue(name: "wd-elsewhere")
+        elsewhere.addJob(holder)
+        await holder.started.wait()
+        let queue = JobQueue(name: "wd-not-a-cycle", maxConcurrentJobCount: 1)
+        let waiter = BlockJob { holder.waitUntilFinished() }
+        waiter.name = "wd-patient"
+        let watch = Watch(threshold: .seconds(10), interval: .milliseconds(20)) { $0 === waiter || $0 === holder }
+        let waiting = Signal()
+        waiter.observe { if $0 == .started { waiting.fire() } }
+        queue.addJob(waiter)
+        await waiting.wait()
+        watch.start()
+        await watch.waitForWakeUps(5)
+        watch.stop()
+        #expect(watch.count(.waitCycle) == 0)
+        holder.finish()
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func anAsynchronousJobBlockedInAWaitIsNotACycleSinceAnotherThreadMayFinishIt() async {
+        let queue = JobQueue(name: "wd-async-waiter", maxConcurrentJobCount: 1)
+        let later = BlockJob {}
+        later.name = "wd-later"
+        let blocked = Signal()
+        let waiter = AsyncBlockJob { _ in
+            blocked.fire()
+            later.waitUntilFinished()  // the only slot is this job's, until someone finishes it
+        }
+        waiter.name = "wd-async"
+        let watch = Watch(threshold: .seconds(10), interval: .milliseconds(20)) { $0 === waiter || $0 === later }
+        queue.addJobs([waiter, later], waitUntilFinished: false)
+        await blocked.wait()
+        watch.start()
+        await watch.waitForWakeUps(5)
+        watch.stop()
+        #expect(watch.count(.waitCycle) == 0)
+        waiter.finish()  // frees the slot: `later` runs, and the wait returns
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aGroupHoldingTheSlotItsChildNeedsIsReportedAsAWaitCycle() async throws {
+        let queue = JobQueue(name: "wd-group-queue", maxConcurrentJobCount: 1)
+        let sibling = BlockJob {}
+        sibling.name = "wd-sibling"
+        let child = BlockJob {}
+        child.name = "wd-child"
+        try child.addDependency(sibling)
+        let group = GroupJob(name: "wd-group", jobs: [child])
+        let watch = Watch { $0 === group || $0 === child || $0 === sibling }
+        watch.start()
+        // The group takes the only slot first; its child waits for `sibling`, which waits for it.
+        queue.addJobs([group, sibling], waitUntilFinished: false)
+
+        var report = await watch.nextReport()
+        while report.kind != .waitCycle {
+            report = await watch.nextReport()
+        }
+        #expect(report.jobs.map(\.id) == [sibling.id, child.id, group.id].sorted())
+        expectText(
+            report.description,
+            contains: [
+                "- group: it waits for 1 unfinished child on 'wd-group.children'",
+                "- limit: the only slot of queue 'wd-group-queue' is taken by 1 executing job: 'wd-group'",
+            ])
+        await watch.waitForWakeUps(3)
+        #expect(watch.count(.waitCycle) == 1)
+        watch.stop()
+        sibling.cancel()  // the child's dependency has finished: it runs, and the group finishes
+        await queue.waitUntilAllJobsAreFinished()
     }
 
     @Test func aThresholdThatIsNotPositiveTraps() async {

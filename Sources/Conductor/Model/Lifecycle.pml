@@ -77,7 +77,7 @@ byte state[N];           /* Job._lifecycle.state */
 bool cancelled[N];       /* Job._lifecycle.isCancelled */
 byte blockers[N];        /* Job._lifecycle.waits.dependencies */
 bool admitted[N];        /* Job._admitted: on the queue, counted in the epoch */
-bool inReady[N];         /* Job._readyTicket != 0: a live entry in the ready buckets */
+bool inReady[N];         /* Job._isInLine: a live entry in the ready buckets */
 bool dependsOn[N * N];   /* dependsOn[a * N + b]: a waits for b (Job._dependencies) */
 bool counted[N * N];     /* the edge is in b's _dependents and counted in a's _blockers */
 
