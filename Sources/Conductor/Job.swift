@@ -377,7 +377,7 @@ open class Job: @unchecked Sendable {
             details.responsibleJob = reason.responsibleJob
         }
         _postLocked(.cancelled, &actions)
-        if _tracers.isTracing.load(ordering: .relaxed) {
+        if _isTracing.load(ordering: .relaxed) {
             _traceLocked(.cancelled)
         }
         // A queue's barrier keeps its place in line so that later jobs still wait for earlier ones.
@@ -398,7 +398,7 @@ open class Job: @unchecked Sendable {
     @inline(__always)
     func _beginExecutingLocked(_ actions: inout _Actions) {
         _readyTicket = _DiagnosticClock.startStamp | _DiagnosticClock.now()
-        if _tracers.isTracing.load(ordering: .relaxed) {
+        if _isTracing.load(ordering: .relaxed) {
             _traceLocked(.started)
         }
         if _lifecycle.started() {
@@ -470,7 +470,7 @@ open class Job: @unchecked Sendable {
     /// `_finishLocked(failure:)` without an error: the work succeeded, or was cancelled.
     func _finishLocked(failed: Bool = false, _ actions: inout _Actions) {
         let wasExecuting = _lifecycle.finished(failed: failed)
-        if wasExecuting && _tracers.isTracing.load(ordering: .relaxed) {
+        if wasExecuting && _isTracing.load(ordering: .relaxed) {
             _traceLocked(.finished)
         }
         if !wasExecuting {

@@ -49,7 +49,7 @@ public final class JobTracer: Sendable {
         engineLock.withLock {
             guard !_tracers.list.contains(where: { $0 === recorder }) else { return }
             _tracers.list.append(recorder)
-            _tracers.isTracing.store(true, ordering: .relaxed)
+            _isTracing.store(true, ordering: .relaxed)
         }
     }
 
@@ -57,7 +57,7 @@ public final class JobTracer: Sendable {
     public func stop() {
         engineLock.withLock {
             _tracers.list.removeAll { $0 === recorder }
-            _tracers.isTracing.store(!_tracers.list.isEmpty, ordering: .relaxed)
+            _isTracing.store(!_tracers.list.isEmpty, ordering: .relaxed)
         }
     }
 
@@ -71,15 +71,18 @@ public final class JobTracer: Sendable {
     }
 }
 
-/// The running tracers. Guarded by `engineLock`, except `isTracing`, which the hot path reads
-/// without it (relaxed: a job that starts just as a tracer starts may or may not be recorded).
+/// The running tracers. Guarded by `engineLock`.
 final class _Tracers: @unchecked Sendable {
-    // @unchecked Sendable: `list` is guarded by `engineLock`; `isTracing` is atomic.
+    // @unchecked Sendable: `list` is guarded by `engineLock`.
     @exclusivity(unchecked) var list: [_TraceRecorder] = []
-    let isTracing = Atomic<Bool>(false)
 }
 
 let _tracers = _Tracers()
+
+/// Whether some tracer records: the one thing the hot path reads, without the lock (relaxed: a
+/// job that starts just as a tracer starts may or may not be recorded). A global of its own,
+/// initialized statically, so that reading it costs a load and no lazy-initialization check.
+let _isTracing = Atomic<Bool>(false)
 
 /// The clock of traces: monotonic, in nanoseconds, with full resolution (unlike
 /// `_DiagnosticClock`), read only while a tracer runs.
@@ -217,7 +220,7 @@ struct _TraceSnapshot {
 }
 
 extension Job {
-    /// Records an event of this job in every running tracer. Called only when `_tracers.isTracing`
+    /// Records an event of this job in every running tracer. Called only when `_isTracing`
     /// was seen set; out of line, so that the hot path carries only that check. Call with
     /// `engineLock` held.
     @inline(never)
