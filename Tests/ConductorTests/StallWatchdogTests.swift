@@ -198,31 +198,37 @@ private func expectText(_ text: String, contains parts: [String], sourceLocation
         let finisher = DispatchQueue(label: "wd-healthy-finisher")
         // Batches of chains, asynchronous jobs finished from another queue, and a job of each
         // batch that waits (from its work) for a job of another queue that does run: until 10⁵
-        // jobs have run and the watchdog has woken at least three times meanwhile.
-        var jobs = 0
-        while jobs < 100_000 || watch.wakeUps.value < 3 {
-            var batch: [Job] = []
-            for index in 0..<10_000 {
-                let job: Job
-                if index % 100 == 0 {
-                    job = AsyncBlockJob { job in finisher.async { job.finish() } }
-                } else {
-                    job = BlockJob {}
+        // jobs have run and the watchdog has woken at least three times meanwhile. Built and
+        // waited for on a Dispatch thread: building 10⁵ jobs (slow under ThreadSanitizer) must not
+        // hold one of the cooperative pool's two threads that other tests' tasks need.
+        let done = Signal()
+        DispatchQueue.global().async {
+            var jobs = 0
+            while jobs < 100_000 || watch.wakeUps.value < 3 {
+                var batch: [Job] = []
+                for index in 0..<10_000 {
+                    let job: Job
+                    if index % 100 == 0 {
+                        job = AsyncBlockJob { job in finisher.async { job.finish() } }
+                    } else {
+                        job = BlockJob {}
+                    }
+                    job.name = "wd-healthy"
+                    if index % 10 != 0 { try! job.addDependency(batch[index - 1]) }
+                    batch.append(job)
                 }
-                job.name = "wd-healthy"
-                if index % 10 != 0 { try! job.addDependency(batch[index - 1]) }
-                batch.append(job)
+                let elsewhere = BlockJob {}
+                elsewhere.name = "wd-healthy"
+                let waiting = BlockJob { elsewhere.waitUntilFinished() }
+                waiting.name = "wd-healthy"
+                batch.append(waiting)
+                other.addJob(elsewhere)
+                queue.addJobs(batch, waitUntilFinished: true)
+                jobs += batch.count
             }
-            let elsewhere = BlockJob {}
-            elsewhere.name = "wd-healthy"
-            let waiting = BlockJob { elsewhere.waitUntilFinished() }
-            waiting.name = "wd-healthy"
-            batch.append(waiting)
-            other.addJob(elsewhere)
-            queue.addJobs(batch, waitUntilFinished: false)
-            await queue.waitUntilAllJobsAreFinished()
-            jobs += batch.count
+            done.fire()
         }
+        await done.wait()
         watch.stop()
         #expect(watch.reports.values.map(\.description) == [])
     }
