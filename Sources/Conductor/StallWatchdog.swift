@@ -300,7 +300,19 @@ struct _WaitGraph {
         return position
     }
 
+    /// The most jobs the graph takes in, so that a wake-up holds the engine lock for a bounded
+    /// time. A need on a job beyond it counts as met: the search may then miss a cycle that only a
+    /// larger graph shows, but never reports a false one.
+    static let maximumJobs = 4_096
+
     private mutating func need(_ position: Int, _ other: Job, asAny: Bool = false) {
+        guard jobs.count < _WaitGraph.maximumJobs || index[ObjectIdentifier(other)] != nil else {
+            if asAny {
+                hasAny[position] = true
+                anyMet[position] = true
+            }
+            return
+        }
         let target = node(other)
         neededBy[target].append((position, asAny))
         if asAny {
@@ -383,7 +395,7 @@ struct _WaitGraph {
         var allRemaining = allRemaining
         var anyMet = anyMet
         var work: [Int] = []
-        for position in jobs.indices where allRemaining[position] == 0 && !hasAny[position] {
+        for position in jobs.indices where allRemaining[position] == 0 && (!hasAny[position] || anyMet[position]) {
             proceeds[position] = true
             work.append(position)
         }

@@ -191,7 +191,7 @@ private func expectText(_ text: String, contains parts: [String], sourceLocation
     func aHealthyRunOfAHundredThousandJobsIsNotReported() async {
         // A long threshold, so that a busy machine cannot make a healthy job look stuck, but
         // frequent wake-ups, so that the wait-cycle search runs many times during the run.
-        let watch = Watch(threshold: .seconds(10), interval: .milliseconds(20)) { $0.name == "wd-healthy" }
+        let watch = Watch(threshold: .seconds(10), interval: .milliseconds(100)) { $0.name == "wd-healthy" }
         watch.start()
         let queue = JobQueue(name: "wd-healthy-queue", maxConcurrentJobCount: 4)
         let other = JobQueue(name: "wd-healthy-other")
@@ -242,7 +242,7 @@ private func expectText(_ text: String, contains parts: [String], sourceLocation
         let queue = JobQueue(name: "wd-not-a-cycle", maxConcurrentJobCount: 1)
         let waiter = BlockJob { holder.waitUntilFinished() }
         waiter.name = "wd-patient"
-        let watch = Watch(threshold: .seconds(10), interval: .milliseconds(20)) { $0 === waiter || $0 === holder }
+        let watch = Watch(threshold: .seconds(10), interval: .milliseconds(50)) { $0 === waiter || $0 === holder }
         let waiting = Signal()
         waiter.observe { if $0 == .started { waiting.fire() } }
         queue.addJob(waiter)
@@ -266,7 +266,7 @@ private func expectText(_ text: String, contains parts: [String], sourceLocation
             later.waitUntilFinished()  // the only slot is this job's, until someone finishes it
         }
         waiter.name = "wd-async"
-        let watch = Watch(threshold: .seconds(10), interval: .milliseconds(20)) { $0 === waiter || $0 === later }
+        let watch = Watch(threshold: .seconds(10), interval: .milliseconds(50)) { $0 === waiter || $0 === later }
         queue.addJobs([waiter, later], waitUntilFinished: false)
         await blocked.wait()
         watch.start()
