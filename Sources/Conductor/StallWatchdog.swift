@@ -1,5 +1,13 @@
 import Dispatch
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// A stall the ``StallWatchdog`` found: what kind, which jobs, and why, in words.
 public struct StallReport: CustomStringConvertible, Sendable {
     /// The kinds of stall.
@@ -43,8 +51,8 @@ public struct StallReport: CustomStringConvertible, Sendable {
 ///
 /// Each stall is reported once per episode: once per kind for the same jobs (for `noProgress`,
 /// the same queue and first ready job) until they make progress. A started watchdog wakes every
-/// `threshold / 2` on a private Dispatch queue, looks at every queue that has unfinished jobs in one critical section of the
-/// engine lock, and calls `onStall` on that queue after releasing it. A stall is therefore reported
+/// `threshold / 2` on a thread of its own (not Dispatch, whose threads may be the ones stuck), looks at every queue that has unfinished jobs in one critical section of the
+/// engine lock, and calls `onStall` on that thread after releasing it. A stall is therefore reported
 /// between one and one and a half thresholds after it began (a wait cycle at the first wake-up
 /// that sees it). A watchdog that is not started costs nothing: the engine records what it needs
 /// (start times, blocked waits) anyway, for ``Job/explain()``.
@@ -65,7 +73,6 @@ public final class StallWatchdog: Sendable {
     let interval: Duration
     private let onStall: @Sendable (StallReport) -> Void
     private let tickObserver: (@Sendable () -> Void)?
-    private let queue = DispatchQueue(label: "Conductor.StallWatchdog")
     private let state = _LockedValue(_WatchdogState())
 
     /// Creates a watchdog, stopped. `threshold` must be positive.
@@ -93,41 +100,45 @@ public final class StallWatchdog: Sendable {
     }
 
     deinit {
-        state.withLock { $0.timer }?.cancel()
+        state.withLock { $0.ticker }?.stop()
     }
 
     /// Starts watching, with no memory of earlier episodes. Starting a started watchdog does
     /// nothing.
+    ///
+    /// The watchdog wakes on a thread of its own, not on Dispatch: it must still run when every
+    /// Dispatch thread is blocked, which is one of the stalls it reports.
     public func start() {
-        let timer: DispatchSourceTimer? = state.withLock { state in
-            guard state.timer == nil else { return nil }
-            let timer = DispatchSource.makeTimerSource(queue: queue)
-            state.timer = timer
+        let ticker: _Ticker? = state.withLock { state in
+            guard state.ticker == nil else { return nil }
+            let ticker = _Ticker()
+            state.ticker = ticker
             state.episodes = _StallEpisodes()
-            return timer
+            return ticker
         }
-        guard let timer else { return }
-        let interval = _dispatchInterval(interval)
-        timer.schedule(deadline: .now() + interval, repeating: interval, leeway: _dispatchInterval(self.interval / 10))
-        timer.setEventHandler { [weak self] in self?.tick() }
-        timer.resume()
+        guard let ticker else { return }
+        let components = interval.components
+        let nanoseconds = UInt64(components.seconds) * 1_000_000_000 + UInt64(components.attoseconds / 1_000_000_000)
+        ticker.run(every: nanoseconds) { [weak self] in
+            self?.tick()
+        }
     }
 
     /// Stops watching. A report already being delivered (`onStall` running) finishes; no other
     /// report is delivered after this returns, unless the watchdog is started again. Stopping a
     /// stopped watchdog does nothing.
     public func stop() {
-        let timer: DispatchSourceTimer? = state.withLock { state in
-            defer { state.timer = nil }
-            return state.timer
+        let ticker: _Ticker? = state.withLock { state in
+            defer { state.ticker = nil }
+            return state.ticker
         }
-        timer?.cancel()
+        ticker?.stop()
     }
 
     // MARK: Wake-ups
 
     private func tick() {
-        let isRunning = state.withLock { $0.timer != nil }
+        let isRunning = state.withLock { $0.ticker != nil }
         guard isRunning else { return }
         let components = threshold.components
         let thresholdNanoseconds =
@@ -142,18 +153,16 @@ public final class StallWatchdog: Sendable {
         state.withLock { $0.episodes = episodes }
         for stall in found {
             // Stopped meanwhile: deliver nothing more.
-            guard state.withLock({ $0.timer != nil }) else { return }
+            guard state.withLock({ $0.ticker != nil }) else { return }
             onStall(StallReport(kind: stall.kind, jobs: stall.jobs, description: stall.text.rendered()))
         }
         tickObserver?()
     }
 }
 
-/// A watchdog's timer and what it has reported, guarded by its `_LockedValue`.
-// @unchecked Sendable: only ever used inside the `_LockedValue`'s lock; a Dispatch source is
-// thread-safe, and the episodes are plain values.
-struct _WatchdogState: @unchecked Sendable {
-    var timer: DispatchSourceTimer?
+/// A watchdog's ticker and what it has reported, guarded by its `_LockedValue`.
+struct _WatchdogState: Sendable {
+    var ticker: _Ticker?
     var episodes = _StallEpisodes()
 }
 
@@ -432,5 +441,98 @@ struct _WaitGraph {
             groups[root(position), default: []].append(jobs[position])
         }
         return groups.values.map { $0.sorted { $0.id < $1.id } }.sorted { $0[0].id < $1[0].id }
+    }
+}
+
+/// A thread that calls a closure at a fixed interval until stopped: the watchdog's clock. A
+/// pthread of its own, sleeping on a condition variable, so that it wakes even when every Dispatch
+/// thread is blocked.
+final class _Ticker: @unchecked Sendable {
+    // @unchecked Sendable: `stopped` is guarded by `mutex`; the mutex and condition are
+    // thread-safe; `body` is set once, before the thread starts, and read only by it.
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var stopped = false
+    private var body: (@Sendable () -> Void)?
+    private var interval: UInt64 = 0
+
+    init() {
+        pthread_mutex_init(mutex, nil)
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        #if !canImport(Darwin)
+            pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        #endif
+        pthread_cond_init(condition, &attributes)
+        pthread_condattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
+
+    /// Starts the thread: `body` every `nanoseconds` until `stop()`. The thread holds the ticker.
+    func run(every nanoseconds: UInt64, _ body: @escaping @Sendable () -> Void) {
+        self.body = body
+        self.interval = max(nanoseconds, 1_000_000)
+        let context = Unmanaged.passRetained(self).toOpaque()
+        #if canImport(Darwin)
+            var thread: pthread_t?
+        #else
+            var thread = pthread_t()
+        #endif
+        let result = pthread_create(
+            &thread, nil,
+            { context in
+                let ticker = Unmanaged<_Ticker>.fromOpaque(context!).takeRetainedValue()
+                ticker.loop()
+                return nil
+            }, context)
+        _require(result == 0, "StallWatchdog.start(): could not create its thread (error \(result))")
+        #if canImport(Darwin)
+            pthread_detach(thread!)
+        #else
+            pthread_detach(thread)
+        #endif
+    }
+
+    /// Wakes the thread and makes it exit; it calls `body` no more once this returns, except a
+    /// call already under way.
+    func stop() {
+        pthread_mutex_lock(mutex)
+        stopped = true
+        pthread_cond_signal(condition)
+        pthread_mutex_unlock(mutex)
+    }
+
+    private func loop() {
+        while waitForNextTick() {
+            body?()
+        }
+        body = nil
+    }
+
+    /// Sleeps for one interval; returns `false` once stopped.
+    private func waitForNextTick() -> Bool {
+        var deadline = timespec()
+        #if canImport(Darwin)
+            clock_gettime(CLOCK_REALTIME, &deadline)
+        #else
+            clock_gettime(CLOCK_MONOTONIC, &deadline)
+        #endif
+        let total = UInt64(deadline.tv_nsec) + interval % 1_000_000_000
+        deadline.tv_sec += Int(interval / 1_000_000_000) + Int(total / 1_000_000_000)
+        deadline.tv_nsec = Int(total % 1_000_000_000)
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        while !stopped {
+            if pthread_cond_timedwait(condition, mutex, &deadline) == ETIMEDOUT {
+                return !stopped
+            }
+        }
+        return false
     }
 }

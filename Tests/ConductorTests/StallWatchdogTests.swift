@@ -3,6 +3,10 @@ import ConductorTestSupport
 import Dispatch
 import Testing
 
+// Serialized: several of these tests block a Dispatch thread (a job waiting in its work, a gated
+// serial queue) until a report arrives; run together with the rest of the suite under
+// ThreadSanitizer, they could use up the threads other suites' jobs need.
+//
 // The stall watchdog (Docs/Diagnostics.md, "The stall watchdog"): each kind of stall is reported
 // exactly once per episode, naming its jobs, and a healthy run is not reported. The watchdog sees
 // every queue in the process, so each test only counts the reports that name its own jobs. Tests
@@ -68,7 +72,7 @@ private func expectText(_ text: String, contains parts: [String], sourceLocation
     }
 }
 
-@Suite struct StallWatchdogTests {
+@Suite(.serialized) struct StallWatchdogTests {
     @Test(.timeLimit(.minutes(1)))
     func aForgottenFinishIsReportedOnceAsALongExecution() async {
         let job = HeldJob(name: "wd-forgotten")
