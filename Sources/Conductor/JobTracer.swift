@@ -24,8 +24,9 @@ import Synchronization
 /// dependent's start, instant events for cancellations and failures, and a counter track per
 /// queue with its ready and executing jobs, sampled whenever a job starts or finishes.
 ///
-/// It keeps the last `capacity` events, in a ring: a long run costs bounded memory, and the trace
-/// notes how many earlier events were dropped. Events are recorded in the engine's critical
+/// It records every queue in the process, or only the queues given to
+/// ``init(capacity:queues:)``. It keeps the last `capacity` events, in a ring: a long run costs
+/// bounded memory, and the trace notes how many earlier events were dropped. Events are recorded in the engine's critical
 /// sections, so their order is the engine's. When no tracer is running, each job start and finish
 /// pays one relaxed atomic load; a running tracer adds a clock read and a ring write to each.
 public final class JobTracer: Sendable {
@@ -34,9 +35,16 @@ public final class JobTracer: Sendable {
     let recorder: _TraceRecorder
 
     /// Creates a stopped tracer that keeps at most `capacity` events (at least 1).
-    public init(capacity: Int = 1_000_000) {
+    ///
+    /// - Parameters:
+    ///   - capacity: The most events kept; older ones are dropped.
+    ///   - queues: The queues whose jobs are recorded, or `nil` (the default) for every queue.
+    ///     Jobs of other queues, and jobs started by hand on no queue, are left out; a flow arrow
+    ///     from a dependency on a queue left out still points to its job's id. A group's children
+    ///     run on the group's own queue, so list that queue to see them.
+    public init(capacity: Int = 1_000_000, queues: [JobQueue]? = nil) {
         self.capacity = max(capacity, 1)
-        recorder = _TraceRecorder(capacity: max(capacity, 1))
+        recorder = _TraceRecorder(capacity: max(capacity, 1), queues: queues.map { Set($0.map(\.id)) })
     }
 
     deinit {
@@ -144,8 +152,12 @@ final class _TraceRecorder: @unchecked Sendable {
     @exclusivity(unchecked) private var queueNames: [UInt64: String] = [:]
     @exclusivity(unchecked) private var lastQueue: UInt64 = 0
 
-    init(capacity: Int) {
+    /// The ids of the queues recorded, or `nil` for every queue.
+    let queues: Set<UInt64>?
+
+    init(capacity: Int, queues: Set<UInt64>?) {
         self.capacity = capacity
+        self.queues = queues
     }
 
     deinit {
@@ -159,6 +171,7 @@ final class _TraceRecorder: @unchecked Sendable {
     }
 
     func recordLocked(_ event: _TraceEvent, job: Job, queue: JobQueue?) {
+        if let queues, !queues.contains(event.queue) { return }
         if let queue, event.queue != lastQueue {
             lastQueue = event.queue
             if queueNames[event.queue] == nil {

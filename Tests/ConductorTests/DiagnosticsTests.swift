@@ -283,7 +283,8 @@ private func expectText(
     }
 }
 
-/// `text` with every running time ("for 4 ms", "for 2.5 s") replaced by "for T": the times vary.
+/// `text` with every running time ("for 4 ms", "for 2.5 s", "for 5 min 12 s", "for 2 h 3 min")
+/// replaced by "for T": the times vary.
 private func timesHidden(_ text: String) -> String {
-    text.replacing(/for [0-9]+(\.[0-9]+)? (ms|s)/, with: "for T")
+    text.replacing(/for [0-9]+(\.[0-9]+)? (ms|s|min [0-9]+ s|h [0-9]+ min)/, with: "for T")
 }

@@ -28,10 +28,11 @@ private func number(_ value: Any?) -> Double? {
 
 @Suite struct JobTracerTests {
     @Test func aTraceHasEveryExecutedJobOnceWithFlowsSlotsAndInstants() async throws {
-        let tracer = JobTracer()
-        tracer.start()
         let front = JobQueue(name: "trace-front", maxConcurrentJobCount: 2)
         let back = JobQueue(name: "trace-back")
+        // Only this test's queues: the other tests running meanwhile would fill the trace.
+        let tracer = JobTracer(queues: [front, back])
+        tracer.start()
         var jobs: [Job] = []
         var edges = 0
         // A chain on the limit-2 queue, a fan on the other queue depending on its end, an
@@ -130,9 +131,9 @@ private func number(_ value: Any?) -> Double? {
     }
 
     @Test func aSmallRingKeepsTheLatestEventsAndSaysHowManyItDropped() async throws {
-        let tracer = JobTracer(capacity: 10)
-        tracer.start()
         let queue = JobQueue(name: "trace-ring")
+        let tracer = JobTracer(capacity: 10, queues: [queue])
+        tracer.start()
         let jobs = (0..<100).map { _ in BlockJob {} }
         queue.addJobs(jobs, waitUntilFinished: false)
         await queue.waitUntilAllJobsAreFinished()
@@ -144,14 +145,33 @@ private func number(_ value: Any?) -> Double? {
                 ($0["name"] as? String)?.contains("earlier events were dropped (the tracer keeps 10)") == true
             })
         let root = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any]
-        #expect(number((root?["otherData"] as? [String: Any])?["droppedEvents"]).map { $0 >= 190 } == true)
+        #expect(number((root?["otherData"] as? [String: Any])?["droppedEvents"]) == 190)
+    }
+
+    @Test func aTracerGivenQueuesRecordsOnlyTheirJobs() async throws {
+        let traced = JobQueue(name: "trace-listed")
+        let other = JobQueue(name: "trace-unlisted")
+        let tracer = JobTracer(queues: [traced])
+        tracer.start()
+        let inside = BlockJob {}
+        let outside = BlockJob {}
+        try inside.addDependency(outside)
+        other.addJob(outside)
+        traced.addJob(inside)
+        await inside.waitUntilFinished()
+        tracer.stop()
+        let ids = try traceEvents(tracer.chromeTraceJSON()).compactMap {
+            ($0["args"] as? [String: Any]).flatMap { number($0["id"]) }
+        }
+        #expect(Set(ids) == [Double(inside.id)])
+        #expect(!tracer.chromeTraceJSON().contains("trace-unlisted"))
     }
 
     @Test func aTracerRecordsOnlyWhileStarted() async throws {
-        let tracer = JobTracer()
+        let queue = JobQueue(name: "trace-stopped")
+        let tracer = JobTracer(queues: [queue])
         tracer.start()
         tracer.stop()
-        let queue = JobQueue(name: "trace-stopped")
         let job = BlockJob {}
         queue.addJob(job)
         await job.waitUntilFinished()
