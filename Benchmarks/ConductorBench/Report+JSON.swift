@@ -1,3 +1,5 @@
+import Conductor
+
 extension Report {
     /// `--json`: machine, configuration, one result per scenario and system, the systems with no
     /// meaningful version of a scenario, the chain sweep and the targets.
@@ -148,23 +150,6 @@ enum JSON {
     }
 
     private static func quote(_ text: String) -> String {
-        var result = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": result += "\\\""
-            case "\\": result += "\\\\"
-            case "\n": result += "\\n"
-            case "\t": result += "\\t"
-            case "\r": result += "\\r"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    result += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    result.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return result + "\""
+        _json(text)
     }
 }

@@ -370,8 +370,8 @@ struct _ChromeTrace {
     }
 }
 
-/// `text` as a JSON string literal.
-func _json(_ text: String) -> String {
+/// `text` as a JSON string literal. `package` so that conductor-bench's JSON report uses it too.
+package func _json(_ text: String) -> String {
     var result = "\""
     for scalar in text.unicodeScalars {
         switch scalar {

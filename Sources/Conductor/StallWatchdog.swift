@@ -76,19 +76,14 @@ public final class StallWatchdog: Sendable {
     private let state = _LockedValue(_WatchdogState())
 
     /// Creates a watchdog, stopped. `threshold` must be positive.
-    public init(threshold: Duration, onStall: @escaping @Sendable (StallReport) -> Void) {
-        _require(
-            threshold > .zero, "StallWatchdog(threshold:onStall:): the threshold must be positive; got \(threshold)")
-        self.threshold = threshold
-        self.interval = max(threshold / 2, .milliseconds(1))
-        self.onStall = onStall
-        self.tickObserver = nil
+    public convenience init(threshold: Duration, onStall: @escaping @Sendable (StallReport) -> Void) {
+        self.init(threshold: threshold, interval: nil, tickObserver: nil, onStall: onStall)
     }
 
     /// For tests: wakes every `interval` (instead of `threshold / 2`), and calls `tickObserver`
     /// after each wake-up, once its reports have been made.
     package init(
-        threshold: Duration, interval: Duration? = nil, tickObserver: @escaping @Sendable () -> Void,
+        threshold: Duration, interval: Duration? = nil, tickObserver: (@Sendable () -> Void)?,
         onStall: @escaping @Sendable (StallReport) -> Void
     ) {
         _require(
@@ -117,9 +112,7 @@ public final class StallWatchdog: Sendable {
             return ticker
         }
         guard let ticker else { return }
-        let components = interval.components
-        let nanoseconds = UInt64(components.seconds) * 1_000_000_000 + UInt64(components.attoseconds / 1_000_000_000)
-        ticker.run(every: nanoseconds) { [weak self] in
+        ticker.run(every: _DiagnosticClock.nanoseconds(interval)) { [weak self] in
             self?.tick()
         }
     }
@@ -140,9 +133,7 @@ public final class StallWatchdog: Sendable {
     private func tick() {
         let isRunning = state.withLock { $0.ticker != nil }
         guard isRunning else { return }
-        let components = threshold.components
-        let thresholdNanoseconds =
-            UInt64(components.seconds) * 1_000_000_000 + UInt64(components.attoseconds / 1_000_000_000)
+        let thresholdNanoseconds = _DiagnosticClock.nanoseconds(threshold)
         var episodes = state.withLock { $0.episodes }
         engineLock.lock()
         // Each active queue retains itself while it is on the list, so none is freed meanwhile;

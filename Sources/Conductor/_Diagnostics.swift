@@ -27,6 +27,13 @@ enum _DiagnosticClock {
         #endif
     }
 
+    /// `duration` in nanoseconds (0 for a negative one).
+    static func nanoseconds(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0 else { return 0 }
+        return UInt64(seconds) &* 1_000_000_000 &+ UInt64(max(attoseconds, 0) / 1_000_000_000)
+    }
+
     /// "4 ms", "3.2 s", "5 min 12 s" or "2 h 3 min".
     static func format(_ nanoseconds: UInt64) -> String {
         let milliseconds = nanoseconds / 1_000_000

@@ -17,15 +17,6 @@ private final class FailingJob: Job, @unchecked Sendable {
     override func execute() throws { throw Unreachable() }
 }
 
-/// Expects `text` to contain each of `parts`, reporting the whole text when one is missing.
-private func expectText(
-    _ text: String, contains parts: [String], sourceLocation: SourceLocation = #_sourceLocation
-) {
-    for part in parts where !text.contains(part) {
-        Issue.record("missing \"\(part)\" in:\n\(text)", sourceLocation: sourceLocation)
-    }
-}
-
 @Suite struct DiagnosticsTests {
     @Test func aDescriptionNamesTheJobStateQueuePriorityAndReason() async {
         let loose = BlockJob {}

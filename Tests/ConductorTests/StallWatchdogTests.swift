@@ -66,12 +66,6 @@ private final class Watch: Sendable {
     }
 }
 
-private func expectText(_ text: String, contains parts: [String], sourceLocation: SourceLocation = #_sourceLocation) {
-    for part in parts where !text.contains(part) {
-        Issue.record("missing \"\(part)\" in:\n\(text)", sourceLocation: sourceLocation)
-    }
-}
-
 @Suite(.serialized) struct StallWatchdogTests {
     @Test(.timeLimit(.minutes(1)))
     func aForgottenFinishIsReportedOnceAsALongExecution() async {
