@@ -36,11 +36,21 @@ struct ConductorBench {
         let started = Clock.now()
         let sizes = configuration.quick ? Sizes.quick : Sizes.full
         precondition(sizes.scenarios().map(\.id) == scenarioIDs, "scenarioIDs must list the scenarios in run order")
-        let harness = Harness(runs: configuration.runs, foundationBudget: configuration.foundationBudget)
+        var harness = Harness(runs: configuration.runs, foundationBudget: configuration.foundationBudget)
+        harness.lockProfile = configuration.lockProfile
         var run = BenchmarkRun(configuration: configuration)
         Console.progress("conductor-bench: \(Report.header(run))")
-        for scenario in sizes.scenarios() where configuration.selects(scenario.id) {
+        let selected = sizes.scenarios().filter { configuration.selects($0.id) }
+        for (index, scenario) in selected.enumerated() {
+            Console.progress(progressLine(scenario.id, index: index, of: selected.count, since: started))
             run.scenarios.append(harness.measure(scenario))
+            if configuration.busy {
+                Console.progress("\(scenario.id): again, with one core kept busy (--busy)")
+                let core = BusyCore()
+                core.start()
+                run.busy.append(harness.measure(scenario))
+                core.stop()
+            }
             if scenario.id == "chain" {
                 run.scaling = harness.sweepChain(conductor: Chain.conductor, foundation: Chain.foundation, sizes: sizes)
             }
@@ -63,9 +73,22 @@ struct ConductorBench {
                 exit(2)
             }
         }
+        Console.progress("conductor-bench: \(Target.verdict(run, targets: targets))")
         if run.hasFailure {
-            Console.progress("conductor-bench: FAIL: at least one result was wrong (see the table)")
             exit(1)
         }
+    }
+
+    /// "[3/14] chain: 41 s so far, about 2 min 5 s left": which scenario of how many, and an
+    /// estimate of the time left from the average of the scenarios so far (none before the first
+    /// ends; Foundation's budget bounds the slowest).
+    static func progressLine(_ id: String, index: Int, of count: Int, since started: UInt64) -> String {
+        let elapsed = Double(Clock.now() - started) / 1e9
+        var line = "[\(index + 1)/\(count)] \(id)"
+        if index > 0 {
+            let left = elapsed / Double(index) * Double(count - index)
+            line += ": \(Format.minutes(elapsed)) so far, about \(Format.minutes(left)) left"
+        }
+        return line
     }
 }

@@ -20,14 +20,18 @@ struct Configuration {
     var traceFile: String?
     /// `--tracer`: run the scenarios with a `JobTracer` recording, to measure what it costs.
     var withTracer = false
+    /// `--lock-profile`: after each scenario, one more Conductor run with the engine lock measured.
+    var lockProfile = false
+    /// `--busy`: each scenario a second time while another thread keeps one core busy.
+    var busy = false
     var help = false
 
     static let usage = """
         Usage: swift run -c release conductor-bench [options]
 
         Runs every scenario on Conductor, Foundation (OperationQueue), Dispatch and TaskGroup in one
-        process and prints a table per scenario, then the targets with PASS or MISS. A wrong result
-        prints FAIL instead of a time, and the process exits with status 1.
+        process and prints a table per scenario, then the targets with PASS or MISS, then a verdict
+        line. A wrong result prints FAIL instead of a time, and the process exits with status 1.
 
         Options:
           --filter IDS              Scenarios to run: a substring of an id, or a comma-separated list.
@@ -47,9 +51,21 @@ struct Configuration {
                                     Chrome trace to FILE (open it in https://ui.perfetto.dev).
           --tracer                  Run the scenarios with a JobTracer recording, to measure its
                                     cost (compare with a run without it).
+          --busy                    Run each scenario a second time while a thread of its own keeps
+                                    one core busy (as on a shared machine or a phone), and report
+                                    how much each system slows down.
+          --lock-profile            After each scenario's runs, run Conductor once more with the
+                                    engine lock measured, and report per job how often it was
+                                    taken and how long it was held and waited for; one over the
+                                    hold time is the throughput ceiling at any core count.
           -h, --help                Show this help.
 
-        Progress goes to standard error.
+        Progress goes to standard error: which scenario of how many is running, an estimate of the
+        time left, each run's figures, and at the end the verdict.
+
+        Exit status: 0 when every result was right, whatever the timings (a missed target is a
+        finding, not an error); 1 when a result was wrong (FAIL); 2 for a usage error or charts
+        that could not be written; 3 when a run hung and was given up.
         """
 
     struct UsageError: Error {
@@ -109,6 +125,10 @@ struct Configuration {
                 configuration.traceFile = try value(for: argument)
             case "--tracer":
                 configuration.withTracer = true
+            case "--busy":
+                configuration.busy = true
+            case "--lock-profile":
+                configuration.lockProfile = true
             case "-h", "--help":
                 configuration.help = true
             default:

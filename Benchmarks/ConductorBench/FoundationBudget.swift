@@ -1,3 +1,7 @@
+import Conductor
+import Dispatch
+import Foundation
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -11,6 +15,8 @@ struct RunPlan {
     var note: String?
     var reducedSize = false
     var growthExponent: Double?
+    /// Seconds the probes took, out of the budget.
+    var probeSeconds = 0.0
 }
 
 /// Keeps Foundation within its time budget per scenario.
@@ -65,7 +71,7 @@ enum FoundationBudget {
         let perRun = estimate(fullSize)
         let budgetText = "budget \(Format.seconds(budget))"
         if perRun * Double(runs) <= remaining {
-            return .plan(RunPlan(size: fullSize, runs: runs, growthExponent: exponent))
+            return .plan(RunPlan(size: fullSize, runs: runs, growthExponent: exponent, probeSeconds: spent))
         }
         if perRun <= remaining {
             let fitting = max(1, Int(remaining / perRun))
@@ -75,7 +81,7 @@ enum FoundationBudget {
                     note:
                         "Foundation ran \(fitting) of \(runs) runs at \(describe(fullSize)) (\(budgetText); "
                         + "about \(Format.seconds(perRun)) per run)",
-                    growthExponent: exponent))
+                    growthExponent: exponent, probeSeconds: spent))
         }
         let fits = Double(last.size) * pow(max(remaining, 0) / last.seconds, 1 / k)
         let reduced = min(max(niceFloor(fits), last.size), fullSize)
@@ -86,7 +92,7 @@ enum FoundationBudget {
                 note: "Foundation ran 1 run at \(describe(reduced)), not \(describe(fullSize)) (\(budgetText); "
                     + "full size estimated at \(Format.seconds(perRun)) per run from probes\(growth)); "
                     + "its figures are for that size",
-                reducedSize: true, growthExponent: exponent))
+                reducedSize: true, growthExponent: exponent, probeSeconds: spent))
     }
 
     /// Rounds down to two significant digits: 6,843 → 6,800.
@@ -95,5 +101,63 @@ enum FoundationBudget {
         var magnitude = 1
         while Double(magnitude) * 100 <= value { magnitude *= 10 }
         return Int(value) / magnitude * magnitude
+    }
+}
+
+/// Stops a Foundation run that outlives what is left of its budget, when the plan's estimate was
+/// wrong: at the deadline it cancels every operation of the run's queues, so that the run drains
+/// at once, and the harness reports how far it got instead of a time.
+enum FoundationStop {
+    // @unchecked Sendable: the queues are only touched under the box's lock, and
+    // `cancelAllOperations()` may be called from any thread.
+    private struct Queues: @unchecked Sendable {
+        var queues: [OperationQueue] = []
+        var ticket = 0
+        var fired = false
+    }
+
+    private static let state = _LockedValue(Queues())
+
+    /// An `OperationQueue` for a Foundation workload; the stop cancels its operations.
+    static func queue() -> OperationQueue {
+        let queue = OperationQueue()
+        let stopped = state.withLock { state in
+            state.queues.append(queue)
+            return state.fired
+        }
+        if stopped { queue.cancelAllOperations() }
+        return queue
+    }
+
+    /// Arms the stop for the next run: `seconds` from now it cancels that run's queues.
+    static func arm(seconds: Double) -> Int {
+        let ticket = state.withLock { state in
+            state.ticket += 1
+            state.queues = []
+            state.fired = false
+            return state.ticket
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + max(seconds, 0.001)) {
+            let queues: [OperationQueue] = state.withLock { state in
+                guard state.ticket == ticket else { return [] }
+                state.fired = true
+                return state.queues
+            }
+            for queue in queues {
+                queue.cancelAllOperations()
+            }
+        }
+        return ticket
+    }
+
+    /// Disarms the stop; returns whether it fired during the run.
+    static func disarm(_ ticket: Int) -> Bool {
+        state.withLock { state in
+            let fired = state.ticket == ticket && state.fired
+            state.ticket += 1
+            state.queues = []
+            state.fired = false
+            return fired
+        }
     }
 }

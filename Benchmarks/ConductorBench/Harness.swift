@@ -1,3 +1,4 @@
+import Conductor
 import Dispatch
 import Synchronization
 
@@ -16,6 +17,8 @@ struct Harness {
     let runs: Int
     /// Seconds Foundation may spend per scenario, probes included.
     let foundationBudget: Double
+    /// Whether to run Conductor once more per scenario with the engine lock measured.
+    var lockProfile = false
 
     func measure(_ scenario: Scenario) -> ScenarioResult {
         Console.progress("\(scenario.id): \(scenario.summary)")
@@ -60,14 +63,31 @@ struct Harness {
             }
         }
 
+        // Foundation's runs are stopped when they outlive what is left of its budget.
+        var foundationSpent = plans[.foundation]?.probeSeconds ?? 0
+        var stopped: String?
         for run in 0..<runs {
             let order = active.indices.map { active[($0 + run) % active.count] }
-            let due = order.filter { failures[$0] == nil && plans[$0]!.runs > run }
+            let due = order.filter {
+                failures[$0] == nil && plans[$0]!.runs > run && !($0 == .foundation && stopped != nil)
+            }
             if due.isEmpty { break }
             var line = "  \(scenario.id): run \(run + 1)/\(runs):"
             for system in due {
-                let (trial, _) = execute(
+                let stop = system == .foundation ? FoundationStop.arm(seconds: foundationBudget - foundationSpent) : nil
+                let (trial, seconds) = execute(
                     bodies[system]!, size: plans[system]!.size, label: "\(scenario.id) (\(system.rawValue))")
+                if let stop {
+                    foundationSpent += seconds
+                    if FoundationStop.disarm(stop) {
+                        stopped =
+                            "Foundation was stopped at its budget of \(Format.seconds(foundationBudget)) in run "
+                            + "\(run + 1) (\(Format.seconds(foundationSpent)) spent, probes included), its operations "
+                            + "cancelled: \(trial.failure ?? "all of its jobs had run")"
+                        line += " Foundation stopped at its budget;"
+                        continue
+                    }
+                }
                 if let failure = trial.failure {
                     failures[system] = failure
                     line += " \(system.rawValue) FAIL;"
@@ -77,6 +97,10 @@ struct Harness {
                 }
             }
             Console.progress(String(line.dropLast()))
+        }
+
+        if lockProfile, let body = bodies[.conductor], failures[.conductor] == nil {
+            result.lock = profileLock(body, size: scenario.size, label: scenario.id)
         }
 
         // Summarize. A failure wins over any figures: a wrong result gets no time.
@@ -91,6 +115,16 @@ struct Harness {
                 if blocks.count == systemTrials.count, let most = blocks.last {
                     result.measurements[index].waiterBlocksPerBatch = (Stats.median(blocks), most)
                 }
+            }
+            if system == .foundation, let stopped {
+                if trials[system] == nil {
+                    result.measurements[index].outcome = .notApplicable(stopped)
+                    result.measurements[index].note = plans[system]?.note
+                } else {
+                    result.measurements[index].note = [plans[system]?.note, stopped].compactMap { $0 }.joined(
+                        separator: "; ")
+                }
+                continue
             }
             if let plan = plans[system] {
                 result.measurements[index].note = plan.note
@@ -172,6 +206,21 @@ struct Harness {
                 "Foundation: one run per length, doubling from \(Format.count(sizes.foundationSweepStart)) jobs")
         }
         return scaling
+    }
+
+    /// One more run of Conductor's workload with the engine lock measured. Not one of the timed
+    /// runs: the clock reads slow the lock down.
+    private func profileLock(_ body: (Int) -> Trial, size: Int, label: String) -> LockHold? {
+        let clockRead = _LockProfiler.clockReadNanoseconds()
+        _LockProfiler.start()
+        let (trial, _) = execute(body, size: size, label: "\(label) (Conductor, lock profile)")
+        let profile = _LockProfiler.stop()
+        guard trial.failure == nil else { return nil }
+        let hold = LockHold(
+            jobs: trial.jobs, acquisitions: profile.acquisitions, heldNanoseconds: Double(profile.heldNanoseconds),
+            waitedNanoseconds: Double(profile.waitedNanoseconds), clockReadNanoseconds: clockRead)
+        Console.progress("  \(label): engine lock: \(hold.summary)")
+        return hold
     }
 
     /// Runs one trial under the watchdog and returns it with its wall time in seconds (setup and

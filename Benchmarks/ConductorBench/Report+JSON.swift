@@ -90,6 +90,39 @@ extension Report {
                     .object([("points", .array(points)), ("notes", .array(scalingNotes(scaling).map(JSON.string)))])
                 ))
         }
+        let locks: [JSON] = run.scenarios.compactMap { scenario in
+            scenario.lock.map { lock in
+                .object([
+                    ("scenario", .string(scenario.id)), ("jobs", .number(Double(lock.jobs))),
+                    ("acquisitions_per_job", .number(lock.acquisitionsPerJob)),
+                    ("held_ns_per_job", .number(lock.heldPerJob)),
+                    ("held_ns_per_job_less_clock_reads", .number(lock.correctedHeldPerJob)),
+                    ("waited_ns_per_job", .number(lock.waitedPerJob)),
+                    ("clock_read_ns", .number(lock.clockReadNanoseconds)),
+                    ("ceiling_jobs_per_second", .number(lock.ceilingJobsPerSecond)),
+                ])
+            }
+        }
+        if !locks.isEmpty { document.append(("engine_lock", .array(locks))) }
+        if !run.busy.isEmpty {
+            var rows: [JSON] = []
+            for loaded in run.busy {
+                for measurement in loaded.measurements {
+                    guard let quiet = run.scenario(loaded.id)?.measurement(measurement.system)?.stats?.median else {
+                        continue
+                    }
+                    let busy = measurement.stats?.median
+                    rows.append(
+                        .object([
+                            ("scenario", .string(loaded.id)), ("system", .string(measurement.system.rawValue)),
+                            ("unit", .string(unitName(loaded.metric))), ("quiet_median", .number(quiet)),
+                            ("busy_median", .number(busy)), ("busy_over_quiet", .number(busy.map { $0 / quiet })),
+                            ("ok", .bool(measurement.failure == nil)),
+                        ]))
+                }
+            }
+            document.append(("busy", .array(rows)))
+        }
         document.append(
             (
                 "targets",
@@ -103,6 +136,7 @@ extension Report {
                     })
             ))
         document.append(("ok", .bool(!run.hasFailure)))
+        document.append(("verdict", .string(Target.verdict(run, targets: targets))))
         return JSON.object(document).rendered()
     }
 

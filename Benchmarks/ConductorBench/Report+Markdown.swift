@@ -13,6 +13,9 @@ extension Report {
             for note in notes {
                 lines.append("- " + escape(note))
             }
+            if let lock = scenario.lock {
+                lines.append("- Engine lock: " + escape(lock.summary))
+            }
             for measurement in scenario.measurements {
                 if let method = measurement.method {
                     lines.append("- \(measurement.system.rawValue): \(escape(method))")
@@ -31,12 +34,22 @@ extension Report {
                 lines.append("")
             }
         }
+        if !run.busy.isEmpty {
+            lines.append("### With one core kept busy")
+            lines.append("")
+            lines.append("Each system's median with another thread spinning on one core, against its quiet median.")
+            lines.append("")
+            lines += table(busyRows(run), rightAligned: [2, 3, 4])
+            lines.append("")
+        }
         lines.append("### Targets")
         lines.append("")
         lines += table(
             [["result", "scenario", "target", "measured"]]
                 + targets.map { [$0.verdict.rawValue, "`\($0.scenario)`", $0.goal, $0.detail] },
             rightAligned: [])
+        lines.append("")
+        lines.append(escape(Target.verdict(run, targets: targets)))
         return lines.joined(separator: "\n")
     }
 

@@ -7,12 +7,17 @@ extension Report {
             let (rows, notes) = rows(scenario)
             lines += grid([headers(scenario.metric)] + rows.map(\.cells), leftColumns: [0])
             lines += notes.map { "  note: " + $0 }
+            if let lock = scenario.lock {
+                lines.append("  engine lock: " + lock.summary)
+            }
             lines.append("")
             if scenario.id == "chain", let scaling = run.scaling {
                 lines += scalingTable(scaling)
                 lines.append("")
             }
         }
+        lines += busyTable(run)
+        lines += lockTable(run)
         lines.append("Targets (from this run)")
         lines += grid(
             targets.map { [$0.verdict.rawValue, $0.scenario, $0.goal, $0.detail] }, leftColumns: [0, 1, 2, 3])
@@ -20,8 +25,64 @@ extension Report {
             lines.append("  note: --quick uses small sizes and one run; judge the targets from a full run")
         }
         lines.append("")
-        lines.append("Total wall time: \(Format.seconds(run.wallSeconds))\(run.hasFailure ? "; FAILURES above" : "")")
+        lines.append("Total wall time: \(Format.seconds(run.wallSeconds))")
+        lines.append(Target.verdict(run, targets: targets))
         return lines.joined(separator: "\n")
+    }
+
+    /// `--busy`: each system's median with one core kept busy against its median without.
+    static func busyTable(_ run: BenchmarkRun) -> [String] {
+        guard !run.busy.isEmpty else { return [] }
+        var lines = [
+            "With one core kept busy (--busy): each system's median against its own median on the quiet machine, same run"
+        ]
+        lines += grid(busyRows(run), leftColumns: [0, 1])
+        lines.append("")
+        return lines
+    }
+
+    /// Header, then per scenario and system: quiet median, busy median, and busy / quiet.
+    static func busyRows(_ run: BenchmarkRun) -> [[String]] {
+        var rows = [["scenario", "system", "quiet", "busy", "busy/quiet"]]
+        for loaded in run.busy {
+            guard let quiet = run.scenario(loaded.id) else { continue }
+            for measurement in loaded.measurements {
+                guard let before = quiet.measurement(measurement.system)?.stats?.median else { continue }
+                let cell: (String, String) =
+                    switch measurement.outcome {
+                    case .measured(let stats): (Format.figure(stats.median), Format.ratio(stats.median / before))
+                    case .failed: ("FAIL", "—")
+                    case .notApplicable: ("n/a", "—")
+                    }
+                rows.append([
+                    loaded.id, measurement.system.rawValue, Format.figure(before) + " " + loaded.metric.unit, cell.0,
+                    cell.1,
+                ])
+            }
+        }
+        return rows
+    }
+
+    /// `--lock-profile`: the engine lock per job in every scenario, and the ceiling it sets.
+    static func lockTable(_ run: BenchmarkRun) -> [String] {
+        let profiled = run.scenarios.filter { $0.lock != nil }
+        guard !profiled.isEmpty else { return [] }
+        var lines = ["Engine lock per job (one profiled Conductor run per scenario; holds less one clock read each)"]
+        var rows = [["scenario", "acquisitions", "held ns", "waited ns", "ceiling M jobs/s"]]
+        for scenario in profiled {
+            let lock = scenario.lock!
+            rows.append([
+                scenario.id, Format.fixed(lock.acquisitionsPerJob, 1), Format.figure(lock.correctedHeldPerJob),
+                Format.figure(lock.waitedPerJob), Format.fixed(lock.ceilingJobsPerSecond / 1e6, 1),
+            ])
+        }
+        lines += grid(rows, leftColumns: [0])
+        let clock = profiled[0].lock!.clockReadNanoseconds
+        lines.append(
+            "  note: a clock read costs about \(Format.figure(clock)) ns here; each acquisition's measured hold "
+                + "includes about one, subtracted above")
+        lines.append("")
+        return lines
     }
 
     static func scalingTable(_ scaling: Scaling) -> [String] {

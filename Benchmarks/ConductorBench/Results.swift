@@ -90,6 +90,8 @@ struct ScenarioResult {
     let summary: String
     let metric: Metric
     var measurements: [Measurement]
+    /// The engine lock in one more Conductor run (`--lock-profile`).
+    var lock: LockHold?
 
     func measurement(_ system: System) -> Measurement? {
         measurements.first { $0.system == system }
@@ -126,6 +128,8 @@ struct Scaling {
 struct BenchmarkRun {
     var configuration: Configuration
     var scenarios: [ScenarioResult] = []
+    /// `--busy`: the scenarios measured again with one core kept busy.
+    var busy: [ScenarioResult] = []
     var scaling: Scaling?
     /// Wall time of the whole invocation.
     var wallSeconds = 0.0
@@ -136,7 +140,35 @@ struct BenchmarkRun {
 
     /// Whether any check failed.
     var hasFailure: Bool {
-        scenarios.contains { $0.measurements.contains { $0.failure != nil } }
+        (scenarios + busy).contains { $0.measurements.contains { $0.failure != nil } }
             || (scaling?.points.contains { $0.failure != nil } ?? false)
+    }
+}
+
+/// How the engine lock was used in one Conductor run of a scenario (`--lock-profile`).
+struct LockHold {
+    /// Jobs the profiled run ran.
+    let jobs: Int
+    let acquisitions: Int
+    let heldNanoseconds: Double
+    let waitedNanoseconds: Double
+    /// What one clock read costs: each measured hold includes about one.
+    let clockReadNanoseconds: Double
+
+    var acquisitionsPerJob: Double { Double(acquisitions) / Double(max(jobs, 1)) }
+    var heldPerJob: Double { heldNanoseconds / Double(max(jobs, 1)) }
+    var waitedPerJob: Double { waitedNanoseconds / Double(max(jobs, 1)) }
+    /// The hold per job less one clock read per acquisition: the estimate of the real hold.
+    var correctedHeldPerJob: Double { max(heldPerJob - acquisitionsPerJob * clockReadNanoseconds, 0) }
+    /// Jobs per second the lock allows at any number of cores: one over the hold per job.
+    var ceilingJobsPerSecond: Double { 1e9 / max(correctedHeldPerJob, 1) }
+
+    /// "3.0 acquisitions, held 212 ns (about 150 ns less the clock reads), waited 14 ns per job;
+    /// ceiling 6.7 M jobs/s".
+    var summary: String {
+        "\(Format.fixed(acquisitionsPerJob, 1)) acquisitions, held \(Format.figure(heldPerJob)) ns "
+            + "(about \(Format.figure(correctedHeldPerJob)) ns less the clock reads), waited "
+            + "\(Format.figure(waitedPerJob)) ns per job; ceiling \(Format.fixed(ceilingJobsPerSecond / 1e6, 1)) M jobs/s "
+            + "at any core count (\(Format.count(jobs)) jobs, one profiled run)"
     }
 }

@@ -18,7 +18,7 @@ import Synchronization
 /// dependents at once, and the incremental topological order is global. With one lock every such
 /// step is atomic by construction, there is no lock order to get wrong, and every critical section
 /// is O(1) or O(out-degree). User code never runs under it.
-let engineLock = _Lock()
+let engineLock = _Lock(profiled: true)
 
 /// Source of job ids; ids double as the initial topological order, so a job that depends on an
 /// older job never needs reordering.

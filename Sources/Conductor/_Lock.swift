@@ -1,3 +1,5 @@
+import Synchronization
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)
@@ -20,8 +22,13 @@
 // synchronization primitive; it is allocated once in `init` and freed in `deinit`.
 package final class _Lock: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    /// Whether ``_LockProfiler`` measures this lock while it runs (the engine lock only).
+    private let isProfiled: Bool
+    /// What the profiler has measured, guarded by this lock itself.
+    @exclusivity(unchecked) fileprivate var profile = _LockProfile()
 
-    package init() {
+    package init(profiled: Bool = false) {
+        isProfiled = profiled
         mutex = .allocate(capacity: 1)
         var attributes = pthread_mutexattr_t()
         pthread_mutexattr_init(&attributes)
@@ -45,6 +52,10 @@ package final class _Lock: @unchecked Sendable {
 
     @inline(__always)
     package func lock() {
+        if _isLockProfiling.load(ordering: .relaxed) && isProfiled {
+            lockProfiled()
+            return
+        }
         let result = pthread_mutex_lock(mutex)
         #if CONDUCTOR_INVARIANTS
             _require(result == 0, "Conductor engine lock acquired recursively (pthread error \(result))")
@@ -55,6 +66,36 @@ package final class _Lock: @unchecked Sendable {
 
     @inline(__always)
     package func unlock() {
+        if _isLockProfiling.load(ordering: .relaxed) && isProfiled {
+            unlockProfiled()
+            return
+        }
+        rawUnlock()
+    }
+
+    @inline(never)
+    private func lockProfiled() {
+        let before = _LockProfiler.now()
+        let result = pthread_mutex_lock(mutex)
+        _require(result == 0, "Conductor engine lock acquired recursively (pthread error \(result))")
+        let acquired = _LockProfiler.now()
+        profile.acquisitions += 1
+        profile.waitedNanoseconds &+= acquired &- before
+        profile.acquiredAt = acquired
+    }
+
+    @inline(never)
+    private func unlockProfiled() {
+        // 0: acquired before profiling started, so there is no start to measure from.
+        if profile.acquiredAt != 0 {
+            profile.heldNanoseconds &+= _LockProfiler.now() &- profile.acquiredAt
+            profile.acquiredAt = 0
+        }
+        rawUnlock()
+    }
+
+    @inline(__always)
+    private func rawUnlock() {
         let result = pthread_mutex_unlock(mutex)
         #if CONDUCTOR_INVARIANTS
             _require(result == 0, "Conductor engine lock released by a thread that does not hold it (\(result))")
@@ -87,5 +128,71 @@ package final class _LockedValue<Value: Sendable>: @unchecked Sendable {
     /// Runs `body` with exclusive access to the value. `body` must not call user code.
     package func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
         try lock.withLock { try body(&value) }
+    }
+}
+
+/// Whether ``_LockProfiler`` runs: the one thing the engine lock's hot path reads for it (relaxed;
+/// a global of its own, initialized statically, so that reading it costs a load and no
+/// lazy-initialization check).
+let _isLockProfiling = Atomic<Bool>(false)
+
+/// What a profiled lock measured: acquisitions, and nanoseconds spent waiting for it and holding it.
+package struct _LockProfile: Sendable {
+    package var acquisitions = 0
+    package var waitedNanoseconds: UInt64 = 0
+    package var heldNanoseconds: UInt64 = 0
+    /// When the current holder acquired it (0: not measured).
+    fileprivate var acquiredAt: UInt64 = 0
+
+    package init() {}
+}
+
+/// Measures how long the engine lock is held and waited for (`conductor-bench --lock-profile`).
+///
+/// While it runs, each acquisition of the engine lock reads `CLOCK_MONOTONIC` before and after
+/// taking the mutex and before releasing it; the totals are kept in the lock, under the lock. When
+/// it does not run, each acquisition and release pays one relaxed atomic load. A clock read costs
+/// some tens of nanoseconds, part of which lands inside the measured hold;
+/// ``clockReadNanoseconds()`` measures it so that callers can say how much.
+package enum _LockProfiler {
+    /// Clears the totals and starts measuring. Not reentrant: one profile at a time.
+    package static func start() {
+        engineLock.lock()
+        engineLock.profile = _LockProfile()
+        _isLockProfiling.store(true, ordering: .relaxed)
+        engineLock.unlock()
+    }
+
+    /// Stops measuring and returns the totals since ``start()``.
+    package static func stop() -> _LockProfile {
+        engineLock.lock()
+        _isLockProfiling.store(false, ordering: .relaxed)
+        var profile = engineLock.profile
+        // This acquisition's own hold is not part of the work measured.
+        profile.acquisitions -= profile.acquiredAt == 0 ? 0 : 1
+        profile.acquiredAt = 0
+        engineLock.profile = _LockProfile()
+        engineLock.unlock()
+        return profile
+    }
+
+    /// The median cost of one clock read, in nanoseconds, over `samples` batches.
+    package static func clockReadNanoseconds(samples: Int = 21) -> Double {
+        var costs: [Double] = []
+        for _ in 0..<samples {
+            let first = now()
+            var last = first
+            for _ in 0..<1_000 { last = now() }
+            costs.append(Double(last &- first) / 1_000)
+        }
+        costs.sort()
+        return costs[costs.count / 2]
+    }
+
+    @inline(__always)
+    static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
     }
 }

@@ -71,7 +71,7 @@ enum Async {
     static func foundation(_ jobs: Int) -> Trial {
         let ledger = Ledger(capacity: jobs)
         let completion = DispatchQueue(label: "completion")
-        let queue = OperationQueue()
+        let queue = FoundationStop.queue()
         queue.maxConcurrentOperationCount = limit
         let (_, nanoseconds) = Clock.measure {
             for index in 0..<jobs {

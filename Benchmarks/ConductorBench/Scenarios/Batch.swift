@@ -100,7 +100,7 @@ enum Batch {
 
     static func foundation(_ graph: Graph) -> Trial {
         let ledgers = (0..<repetitions).map { _ in Ledger(capacity: graph.count) }
-        let queue = OperationQueue()
+        let queue = FoundationStop.queue()
         var batches = ledgers.map { _ in [Operation]() }
         for index in batches.indices { batches[index].reserveCapacity(graph.count) }
         var failure: String?

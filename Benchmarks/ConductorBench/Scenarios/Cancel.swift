@@ -63,7 +63,7 @@ enum Cancel {
 
     static func foundation(_ jobs: Int) -> Trial {
         let ledger = Ledger(capacity: jobs)
-        let queue = OperationQueue()
+        let queue = FoundationStop.queue()
         let (_, nanoseconds) = Clock.measure {
             queue.isSuspended = true
             for index in 0..<jobs {

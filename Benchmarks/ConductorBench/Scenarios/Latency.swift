@@ -62,7 +62,7 @@ enum Latency {
     }
 
     static func foundation(_ samples: Int) -> Trial {
-        let queue = OperationQueue()
+        let queue = FoundationStop.queue()
         return sample(samples) { index, ledger, stamp in
             queue.addOperation {
                 stamp.mark()

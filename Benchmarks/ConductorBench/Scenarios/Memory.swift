@@ -56,7 +56,7 @@ enum Memory {
     }
 
     static func foundation(_ jobs: Int) -> Trial {
-        let queue = OperationQueue()
+        let queue = FoundationStop.queue()
         queue.isSuspended = true
         return measure(jobs) {
             for _ in 0..<jobs {

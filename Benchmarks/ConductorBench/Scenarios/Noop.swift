@@ -41,7 +41,7 @@ enum Noop {
 
     static func foundation(_ jobs: Int) -> Trial {
         let ledger = Ledger(capacity: jobs)
-        let queue = OperationQueue()
+        let queue = FoundationStop.queue()
         let (_, nanoseconds) = Clock.measure {
             for index in 0..<jobs {
                 queue.addOperation { ledger.record(index) }

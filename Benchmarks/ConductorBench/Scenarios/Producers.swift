@@ -48,7 +48,7 @@ enum Producers {
     static func foundation(_ perThread: Int) -> Trial {
         let jobs = threads * perThread
         let ledger = Ledger(capacity: jobs)
-        let queue = OperationQueue()
+        let queue = FoundationStop.queue()
         let (_, nanoseconds) = Clock.measure {
             produce(perThread) { index in queue.addOperation { ledger.record(index) } }
             queue.waitUntilAllOperationsAreFinished()

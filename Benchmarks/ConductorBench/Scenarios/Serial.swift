@@ -41,7 +41,7 @@ enum Serial {
 
     static func foundation(_ jobs: Int) -> Trial {
         let ledger = Ledger(capacity: jobs)
-        let queue = OperationQueue()
+        let queue = FoundationStop.queue()
         queue.maxConcurrentOperationCount = 1
         let (_, nanoseconds) = Clock.measure {
             for index in 0..<jobs {

@@ -55,6 +55,12 @@ enum Format {
         }
     }
 
+    /// Seconds for time left and spent: `41 s`, `2 min 5 s`.
+    static func minutes(_ value: Double) -> String {
+        let seconds = Int(value.rounded())
+        return seconds < 60 ? "\(seconds) s" : "\(seconds / 60) min \(seconds % 60) s"
+    }
+
     /// A nanosecond figure in a readable unit: `850 ns`, `12.5 µs`, `3.2 ms`.
     static func duration(nanoseconds value: Double) -> String {
         switch value {

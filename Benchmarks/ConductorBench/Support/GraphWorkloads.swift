@@ -31,7 +31,7 @@ enum GraphWorkloads {
 
     static func foundation(_ graph: Graph) -> Trial {
         let ledger = Ledger(capacity: graph.count)
-        let queue = OperationQueue()
+        let queue = FoundationStop.queue()
         var operations: [Operation] = []
         operations.reserveCapacity(graph.count)
         let (_, nanoseconds) = Clock.measure {
