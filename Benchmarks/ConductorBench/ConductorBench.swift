@@ -38,6 +38,7 @@ struct ConductorBench {
         precondition(sizes.scenarios().map(\.id) == scenarioIDs, "scenarioIDs must list the scenarios in run order")
         var harness = Harness(runs: configuration.runs, foundationBudget: configuration.foundationBudget)
         harness.lockProfile = configuration.lockProfile
+        harness.systems = configuration.systems
         var run = BenchmarkRun(configuration: configuration)
         Console.progress("conductor-bench: \(Report.header(run))")
         let selected = sizes.scenarios().filter { configuration.selects($0.id) }
@@ -51,8 +52,10 @@ struct ConductorBench {
                 run.busy.append(harness.measure(scenario))
                 core.stop()
             }
-            if scenario.id == "chain" {
-                run.scaling = harness.sweepChain(conductor: Chain.conductor, foundation: Chain.foundation, sizes: sizes)
+            if scenario.id == "chain" && configuration.systems.contains(.conductor) {
+                let foundation: ((Int) -> Trial)? =
+                    configuration.systems.contains(.foundation) ? { Chain.foundation($0) } : nil
+                run.scaling = harness.sweepChain(conductor: Chain.conductor, foundation: foundation, sizes: sizes)
             }
         }
         run.wallSeconds = Double(Clock.now() - started) / 1e9

@@ -10,6 +10,8 @@ struct Configuration {
     var quick = false
     /// Tokens from `--filter`; a scenario runs when one of them is part of its id.
     var filter: [String] = []
+    /// `--systems`: the systems to run (all by default), for profiling one of them.
+    var systems: Set<System> = Set(System.allCases)
     var output = Output.table
     var svgDirectory: String?
     /// Seconds Foundation may spend per scenario, probes included.
@@ -37,6 +39,8 @@ struct Configuration {
           --filter IDS              Scenarios to run: a substring of an id, or a comma-separated list.
                                     Ids: \(scenarioIDs.joined(separator: ", ")).
           --runs N                  Measured runs per system after a warm-up (default 5).
+          --systems NAMES           Systems to run, comma-separated (default all): conductor,
+                                    foundation, dispatch, taskgroup. For profiling one of them.
           --quick                   Small sizes and one run, for a CI smoke test.
           --foundation-budget SEC   Seconds Foundation may take per scenario, probes included
                                     (default 60). Over budget, it runs fewer times or smaller, and
@@ -92,6 +96,17 @@ struct Configuration {
                     )
                 }
                 configuration.filter += tokens
+            case "--systems":
+                var systems: Set<System> = []
+                for token in try value(for: argument).split(separator: ",") {
+                    let name = String(token).trimmingSpaces().lowercased()
+                    guard let system = System.allCases.first(where: { $0.rawValue.lowercased() == name }) else {
+                        throw UsageError(
+                            message: "--systems: '\(name)' is not one of conductor, foundation, dispatch, taskgroup")
+                    }
+                    systems.insert(system)
+                }
+                configuration.systems = systems
             case "--runs":
                 let text = try value(for: argument)
                 guard let runs = Int(text), runs >= 1 else {

@@ -19,6 +19,8 @@ struct Harness {
     let foundationBudget: Double
     /// Whether to run Conductor once more per scenario with the engine lock measured.
     var lockProfile = false
+    /// The systems to run; the others are reported as not run.
+    var systems = Set(System.allCases)
 
     func measure(_ scenario: Scenario) -> ScenarioResult {
         Console.progress("\(scenario.id): \(scenario.summary)")
@@ -34,6 +36,9 @@ struct Harness {
             switch workload {
             case .notApplicable(let reason):
                 result.measurements.append(Measurement(system: system, outcome: .notApplicable(reason)))
+            case .run where !systems.contains(system):
+                result.measurements.append(
+                    Measurement(system: system, outcome: .notApplicable("not selected (--systems)")))
             case .run(let method, let body):
                 bodies[system] = body
                 active.append(system)
