@@ -151,6 +151,6 @@ extension Job {
     /// A finished job has dropped its dependencies, so this is empty once ``isFinished`` is `true`:
     /// holding them would keep whole finished graphs alive. Unlike Foundation's.
     public var dependencies: [Job] {
-        engineLock.withLock { _dependencies }
+        engineLock.withLock { Array(_dependencies) }
     }
 }

@@ -68,9 +68,9 @@ open class Job: @unchecked Sendable {
     @exclusivity(unchecked) var _order: UInt64
     /// Jobs this job waits for. Strong, like Foundation's, until this job finishes; then dropped, so
     /// that finished graphs free in any order and without recursion.
-    @exclusivity(unchecked) var _dependencies: [Job] = []
+    @exclusivity(unchecked) var _dependencies = _JobList()
     /// Unfinished jobs that wait for this one. Dropped when this job finishes.
-    @exclusivity(unchecked) var _dependents: [Job] = []
+    @exclusivity(unchecked) var _dependents = _JobList()
 
     // MARK: Queue membership (guarded by engineLock)
     /// The queue that owns this job until it finishes. Not retained: a queue keeps itself alive
@@ -528,8 +528,13 @@ open class Job: @unchecked Sendable {
         }
 
         let outcome = _lifecycle.outcome!
-        for dependent in _dependents {
-            dependent._dependencyFinishedLocked(self, outcome, &actions)
+        switch _dependents {
+        case .empty: break
+        case .one(let dependent): dependent._dependencyFinishedLocked(self, outcome, &actions)
+        case .many(let dependents):
+            for dependent in dependents {
+                dependent._dependencyFinishedLocked(self, outcome, &actions)
+            }
         }
         // Drop the edges, but release the jobs after unlocking: a job freed here would run its
         // deinit (and its captures' deinits) under the lock.

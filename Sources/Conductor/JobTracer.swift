@@ -181,7 +181,7 @@ final class _TraceRecorder: @unchecked Sendable {
         if event.kind != .finished {
             if let name = job._name { jobNames[event.job] = name }
             if event.kind == .started && job._dependencies.count > 1 {
-                moreDependencies[event.job] = job._dependencies.dropFirst().map(\.id)
+                moreDependencies[event.job] = job._dependencies.rest.map(\.id)
             }
         }
         if count < capacity {

@@ -44,8 +44,8 @@ struct _Actions {
     private var touchedQueue: Unmanaged<JobQueue>?
     /// The first two lists of jobs dropped under the lock (a finishing job's dependents and
     /// dependencies), released after unlocking.
-    private var released: [Job]?
-    private var releasedToo: [Job]?
+    private var released = _JobList.empty
+    private var releasedToo = _JobList.empty
     /// The first un-run block of a cancelled job, released after unlocking; inline so that
     /// cancelling a `BlockJob` allocates nothing.
     private var releasedBlock: (@Sendable () -> Void)?
@@ -139,16 +139,9 @@ struct _Actions {
     }
 
     /// Keeps `jobs` alive until `perform()`, so that no job is freed under the lock.
-    @inline(__always)
     mutating func release(_ jobs: [Job]) {
         if jobs.isEmpty { return }
-        if released == nil {
-            released = jobs
-        } else if releasedToo == nil {
-            releasedToo = jobs
-        } else {
-            more.released.append(jobs)
-        }
+        more.released.append(jobs)
     }
 
     /// Empties `jobs`, releasing its elements after unlocking.
@@ -159,10 +152,17 @@ struct _Actions {
     ///
     /// - Complexity: O(1).
     @inline(__always)
-    mutating func drop(_ jobs: inout [Job]) {
+    mutating func drop(_ jobs: inout _JobList) {
         if jobs.isEmpty { return }
-        release(jobs)
-        jobs = []
+        // Swapped, not copied: no reference count changes hands.
+        if released.isEmpty {
+            swap(&released, &jobs)
+        } else if releasedToo.isEmpty {
+            swap(&releasedToo, &jobs)
+        } else {
+            more.released.append(Array(jobs))
+            jobs = .empty
+        }
     }
 
     /// Starts `job`'s timeout timer after unlocking.
@@ -231,8 +231,8 @@ struct _Actions {
     /// Carries out the recorded work. Call without the engine lock.
     @inline(__always)
     mutating func perform() {
-        released = nil
-        releasedToo = nil
+        released = .empty
+        releasedToo = .empty
         releasedBlock = nil
         if let overflow {
             self.overflow = nil

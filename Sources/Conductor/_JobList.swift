@@ -1,0 +1,94 @@
+/// A job's dependencies or dependents: none, one held directly, or an array.
+///
+/// Most jobs have at most one dependency and one dependent (every job of a chain, the leaves of a
+/// fan), and for those the list allocates nothing; an `Array` would allocate a buffer for each on
+/// the first `append`, and free it when the job finishes. One word, like an `Array`: the case is
+/// kept in the pointer's spare bits. Guarded by `engineLock`, like the job that holds it.
+enum _JobList: RandomAccessCollection {
+    case empty
+    case one(Job)
+    case many([Job])
+
+    init() {
+        self = .empty
+    }
+
+    init(_ jobs: [Job]) {
+        switch jobs.count {
+        case 0: self = .empty
+        case 1: self = .one(jobs[0])
+        default: self = .many(jobs)
+        }
+    }
+
+    var startIndex: Int { 0 }
+
+    var endIndex: Int {
+        switch self {
+        case .empty: 0
+        case .one: 1
+        case .many(let jobs): jobs.count
+        }
+    }
+
+    @inline(__always)
+    var isEmpty: Bool {
+        if case .empty = self { return true }
+        return false
+    }
+
+    subscript(position: Int) -> Job {
+        switch self {
+        case .empty: _trap("_JobList: index \(position) out of range")
+        case .one(let job): job
+        case .many(let jobs): jobs[position]
+        }
+    }
+
+    /// The jobs after the first.
+    var rest: ArraySlice<Job> {
+        if case .many(let jobs) = self { return jobs.dropFirst() }
+        return []
+    }
+
+    /// - Complexity: O(1) amortized.
+    mutating func append(_ job: Job) {
+        switch self {
+        case .empty:
+            self = .one(job)
+        case .one(let first):
+            self = .many([first, job])
+        case .many(var jobs):
+            // Leave `self` empty meanwhile, so that `jobs` is uniquely referenced and grows in place.
+            self = .empty
+            jobs.append(job)
+            self = .many(jobs)
+        }
+    }
+
+    /// - Complexity: O(count).
+    @discardableResult
+    mutating func remove(at position: Int) -> Job {
+        switch self {
+        case .empty:
+            _trap("_JobList: index \(position) out of range")
+        case .one(let job):
+            self = .empty
+            return job
+        case .many(var jobs):
+            self = .empty
+            let removed = jobs.remove(at: position)
+            self = _JobList(jobs)
+            return removed
+        }
+    }
+
+    /// - Complexity: O(count).
+    mutating func removeAll(where shouldRemove: (Job) throws -> Bool) rethrows {
+        var kept: [Job] = []
+        for job in self where try !shouldRemove(job) {
+            kept.append(job)
+        }
+        self = _JobList(kept)
+    }
+}
