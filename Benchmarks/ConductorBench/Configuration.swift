@@ -22,7 +22,7 @@ struct Configuration {
     var traceFile: String?
     /// `--tracer`: run the scenarios with a `JobTracer` recording, to measure what it costs.
     var withTracer = false
-    /// `--lock-profile`: after each scenario, one more Conductor run with the engine lock measured.
+    /// `--lock-profile`: after each scenario, three more Conductor runs with the engine lock measured.
     var lockProfile = false
     /// `--busy`: each scenario a second time while another thread keeps one core busy.
     var busy = false
@@ -58,10 +58,11 @@ struct Configuration {
           --busy                    Run each scenario a second time while a thread of its own keeps
                                     one core busy (as on a shared machine or a phone), and report
                                     how much each system slows down.
-          --lock-profile            After each scenario's runs, run Conductor once more with the
-                                    engine lock measured, and report per job how often it was
-                                    taken and how long it was held and waited for; one over the
-                                    hold time is the throughput ceiling at any core count.
+          --lock-profile            After each scenario's runs, run Conductor three more times with
+                                    the engine lock measured, and report (median run) per job how
+                                    often it was taken and how long it was held and waited for;
+                                    one over the hold time is the throughput ceiling at any core
+                                    count.
           -h, --help                Show this help.
 
         Progress goes to standard error: which scenario of how many is running, an estimate of the

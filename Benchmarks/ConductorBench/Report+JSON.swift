@@ -98,6 +98,7 @@ extension Report {
                     ("held_ns_per_job", .number(lock.heldPerJob)),
                     ("held_ns_per_job_less_clock_reads", .number(lock.correctedHeldPerJob)),
                     ("waited_ns_per_job", .number(lock.waitedPerJob)),
+                    ("held_share_of_run", .number(lock.heldShare)),
                     ("clock_read_ns", .number(lock.clockReadNanoseconds)),
                     ("ceiling_jobs_per_second", .number(lock.ceilingJobsPerSecond)),
                 ])

@@ -67,13 +67,16 @@ extension Report {
     static func lockTable(_ run: BenchmarkRun) -> [String] {
         let profiled = run.scenarios.filter { $0.lock != nil }
         guard !profiled.isEmpty else { return [] }
-        var lines = ["Engine lock per job (one profiled Conductor run per scenario; holds less one clock read each)"]
-        var rows = [["scenario", "acquisitions", "held ns", "waited ns", "ceiling M jobs/s"]]
+        var lines = [
+            "Engine lock per job (median of \(LockHold.runs) profiled Conductor runs per scenario; holds less one clock read each)"
+        ]
+        var rows = [["scenario", "acquisitions", "held ns", "waited ns", "held % of run", "ceiling M jobs/s"]]
         for scenario in profiled {
             let lock = scenario.lock!
             rows.append([
                 scenario.id, Format.fixed(lock.acquisitionsPerJob, 1), Format.figure(lock.correctedHeldPerJob),
-                Format.figure(lock.waitedPerJob), Format.fixed(lock.ceilingJobsPerSecond / 1e6, 1),
+                Format.figure(lock.waitedPerJob), Format.fixed(lock.heldShare * 100, 0),
+                Format.fixed(lock.ceilingJobsPerSecond / 1e6, 1),
             ])
         }
         lines += grid(rows, leftColumns: [0])

@@ -147,8 +147,13 @@ struct BenchmarkRun {
 
 /// How the engine lock was used in one Conductor run of a scenario (`--lock-profile`).
 struct LockHold {
+    /// Profiled runs per scenario; the median (by hold per job) is reported.
+    static let runs = 3
+
     /// Jobs the profiled run ran.
     let jobs: Int
+    /// The profiled run's own wall time (slower than a timed run: the clock reads).
+    let wallNanoseconds: Double
     let acquisitions: Int
     let heldNanoseconds: Double
     let waitedNanoseconds: Double
@@ -160,6 +165,8 @@ struct LockHold {
     var waitedPerJob: Double { waitedNanoseconds / Double(max(jobs, 1)) }
     /// The hold per job less one clock read per acquisition: the estimate of the real hold.
     var correctedHeldPerJob: Double { max(heldPerJob - acquisitionsPerJob * clockReadNanoseconds, 0) }
+    /// The share of the profiled run's wall time the lock was held.
+    var heldShare: Double { heldNanoseconds / max(wallNanoseconds, 1) }
     /// Jobs per second the lock allows at any number of cores: one over the hold per job.
     var ceilingJobsPerSecond: Double { 1e9 / max(correctedHeldPerJob, 1) }
 
@@ -169,6 +176,7 @@ struct LockHold {
         "\(Format.fixed(acquisitionsPerJob, 1)) acquisitions, held \(Format.figure(heldPerJob)) ns "
             + "(about \(Format.figure(correctedHeldPerJob)) ns less the clock reads), waited "
             + "\(Format.figure(waitedPerJob)) ns per job; ceiling \(Format.fixed(ceilingJobsPerSecond / 1e6, 1)) M jobs/s "
-            + "at any core count (\(Format.count(jobs)) jobs, one profiled run)"
+            + "at any core count; held \(Format.fixed(heldShare * 100, 0))% of the run "
+            + "(\(Format.count(jobs)) jobs, median of \(LockHold.runs) profiled runs)"
     }
 }
