@@ -47,9 +47,11 @@ struct ConductorBench {
             run.scenarios.append(harness.measure(scenario))
             if configuration.busy {
                 Console.progress("\(scenario.id): again, with one core kept busy (--busy)")
+                var busy = harness
+                busy.lockProfile = false  // the lock is profiled on the quiet machine only
                 let core = BusyCore()
                 core.start()
-                run.busy.append(harness.measure(scenario))
+                run.busy.append(busy.measure(scenario))
                 core.stop()
             }
             if scenario.id == "chain" && configuration.systems.contains(.conductor) {

@@ -105,8 +105,9 @@ enum FoundationBudget {
 }
 
 /// Stops a Foundation run that outlives what is left of its budget, when the plan's estimate was
-/// wrong: at the deadline it cancels every operation of the run's queues, so that the run drains
-/// at once, and the harness reports how far it got instead of a time.
+/// wrong: from the deadline on, every 10 ms until the run ends, it cancels every operation of the
+/// run's queues (workloads that add operations one at a time keep adding them), so that the run
+/// drains at once, and the harness reports how far it got instead of a time.
 enum FoundationStop {
     // @unchecked Sendable: the queues are only touched under the box's lock, and
     // `cancelAllOperations()` may be called from any thread.
@@ -137,17 +138,24 @@ enum FoundationStop {
             state.fired = false
             return state.ticket
         }
-        DispatchQueue.global().asyncAfter(deadline: .now() + max(seconds, 0.001)) {
-            let queues: [OperationQueue] = state.withLock { state in
-                guard state.ticket == ticket else { return [] }
+        cancel(ticket, after: max(seconds, 0.001))
+        return ticket
+    }
+
+    /// Cancels the run's operations `seconds` from now, and again every 10 ms until it is disarmed.
+    private static func cancel(_ ticket: Int, after seconds: Double) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+            let queues: [OperationQueue]? = state.withLock { state in
+                guard state.ticket == ticket else { return nil }
                 state.fired = true
                 return state.queues
             }
+            guard let queues else { return }
             for queue in queues {
                 queue.cancelAllOperations()
             }
+            cancel(ticket, after: 0.01)
         }
-        return ticket
     }
 
     /// Disarms the stop; returns whether it fired during the run.

@@ -79,18 +79,30 @@ struct Harness {
             if due.isEmpty { break }
             var line = "  \(scenario.id): run \(run + 1)/\(runs):"
             for system in due {
-                let stop = system == .foundation ? FoundationStop.arm(seconds: foundationBudget - foundationSpent) : nil
+                // What is left of the budget, plus a tenth of it: the plan already aims at 90% of
+                // what is left, so only a run whose estimate was well off is stopped.
+                let stop =
+                    system == .foundation
+                    ? FoundationStop.arm(seconds: foundationBudget * 1.1 - foundationSpent) : nil
                 let (trial, seconds) = execute(
                     bodies[system]!, size: plans[system]!.size, label: "\(scenario.id) (\(system.rawValue))")
                 if let stop {
                     foundationSpent += seconds
-                    if FoundationStop.disarm(stop) {
+                    // A run the stop caught before it finished gets no figure; one that finished
+                    // cleanly anyway is kept, and is the last.
+                    let fired = FoundationStop.disarm(stop)
+                    if fired, let failure = trial.failure {
                         stopped =
                             "Foundation was stopped at its budget of \(Format.seconds(foundationBudget)) in run "
                             + "\(run + 1) (\(Format.seconds(foundationSpent)) spent, probes included), its operations "
-                            + "cancelled: \(trial.failure ?? "all of its jobs had run")"
+                            + "cancelled: \(failure)"
                         line += " Foundation stopped at its budget;"
                         continue
+                    }
+                    if fired {
+                        stopped =
+                            "Foundation ran past its budget of \(Format.seconds(foundationBudget)) in run \(run + 1) "
+                            + "(\(Format.seconds(foundationSpent)) spent, probes included); its later runs were skipped"
                     }
                 }
                 if let failure = trial.failure {
@@ -221,12 +233,12 @@ struct Harness {
         var holds: [LockHold] = []
         for _ in 0..<LockHold.runs {
             _LockProfiler.start()
-            let (trial, _) = execute(body, size: size, label: "\(label) (Conductor, lock profile)")
+            let (trial, seconds) = execute(body, size: size, label: "\(label) (Conductor, lock profile)")
             let profile = _LockProfiler.stop()
             guard trial.failure == nil else { return nil }
             holds.append(
                 LockHold(
-                    jobs: trial.jobs, wallNanoseconds: trial.nanoseconds, acquisitions: profile.acquisitions,
+                    jobs: trial.jobs, wallNanoseconds: seconds * 1e9, acquisitions: profile.acquisitions,
                     heldNanoseconds: Double(profile.heldNanoseconds),
                     waitedNanoseconds: Double(profile.waitedNanoseconds), clockReadNanoseconds: clockRead))
         }

@@ -90,7 +90,7 @@ struct ScenarioResult {
     let summary: String
     let metric: Metric
     var measurements: [Measurement]
-    /// The engine lock in one more Conductor run (`--lock-profile`).
+    /// The engine lock in Conductor's profiled runs (`--lock-profile`).
     var lock: LockHold?
 
     func measurement(_ system: System) -> Measurement? {
@@ -152,7 +152,8 @@ struct LockHold {
 
     /// Jobs the profiled run ran.
     let jobs: Int
-    /// The profiled run's own wall time (slower than a timed run: the clock reads).
+    /// The profiled run's own wall time, setup and teardown included, as the holds are (slower
+    /// than a timed run: the clock reads).
     let wallNanoseconds: Double
     let acquisitions: Int
     let heldNanoseconds: Double

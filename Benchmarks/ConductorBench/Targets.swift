@@ -80,7 +80,7 @@ struct Target {
         let goal = "Conductor's max/min no wider than Dispatch's, every scenario with both"
         var wider: [String] = []
         var judged = 0
-        for scenario in run.scenarios {
+        for scenario in run.scenarios where scenario.metric == .nanosecondsPerJob {
             guard let conductor = scenario.measurement(.conductor)?.stats,
                 let dispatch = scenario.measurement(.dispatch)?.stats, conductor.runs > 1, dispatch.runs > 1
             else { continue }

@@ -39,9 +39,9 @@ public final class JobTracer: Sendable {
     /// - Parameters:
     ///   - capacity: The most events kept; older ones are dropped.
     ///   - queues: The queues whose jobs are recorded, or `nil` (the default) for every queue.
-    ///     Jobs of other queues, and jobs started by hand on no queue, are left out; a flow arrow
-    ///     from a dependency on a queue left out still points to its job's id. A group's children
-    ///     run on the group's own queue, so list that queue to see them.
+    ///     Jobs of other queues, and jobs started by hand on no queue, are left out, and so are
+    ///     the flow arrows from dependencies on them. A group's children run on a queue of the
+    ///     group's own, so only a tracer of every queue records them.
     public init(capacity: Int = 1_000_000, queues: [JobQueue]? = nil) {
         self.capacity = max(capacity, 1)
         recorder = _TraceRecorder(capacity: max(capacity, 1), queues: queues.map { Set($0.map(\.id)) })

@@ -160,7 +160,11 @@ struct _Actions {
         } else if releasedToo.isEmpty {
             swap(&releasedToo, &jobs)
         } else {
-            more.released.append(Array(jobs))
+            switch jobs {
+            case .empty: break
+            case .one(let job): more.released.append([job])
+            case .many(let array): more.released.append(array)
+            }
             jobs = .empty
         }
     }

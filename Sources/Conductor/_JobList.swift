@@ -39,9 +39,13 @@ enum _JobList: RandomAccessCollection {
 
     subscript(position: Int) -> Job {
         switch self {
-        case .empty: _trap("_JobList: index \(position) out of range")
-        case .one(let job): job
-        case .many(let jobs): jobs[position]
+        case .empty:
+            _trap("_JobList: index \(position) out of range")
+        case .one(let job):
+            _require(position == 0, "_JobList: index \(position) out of range")
+            return job
+        case .many(let jobs):
+            return jobs[position]
         }
     }
 
@@ -73,6 +77,7 @@ enum _JobList: RandomAccessCollection {
         case .empty:
             _trap("_JobList: index \(position) out of range")
         case .one(let job):
+            _require(position == 0, "_JobList: index \(position) out of range")
             self = .empty
             return job
         case .many(var jobs):

@@ -18,8 +18,9 @@ import Synchronization
 ///
 /// - Important: Never call user code while holding a `_Lock`. The engine decides inside the lock and
 ///   acts after unlocking; see `Docs/Design.md`.
-// @unchecked Sendable: the only stored state is a pointer to a pthread mutex, which is itself the
-// synchronization primitive; it is allocated once in `init` and freed in `deinit`.
+// @unchecked Sendable: the stored state is a pointer to a pthread mutex, which is itself the
+// synchronization primitive (allocated once in `init` and freed in `deinit`), a constant flag, and
+// `profile`, which is only read or written with that mutex held.
 package final class _Lock: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     /// Whether ``_LockProfiler`` measures this lock while it runs (the engine lock only).
@@ -52,7 +53,7 @@ package final class _Lock: @unchecked Sendable {
 
     @inline(__always)
     package func lock() {
-        if _isLockProfiling.load(ordering: .relaxed) && isProfiled {
+        if isProfiled && _isLockProfiling.load(ordering: .relaxed) {
             lockProfiled()
             return
         }
@@ -66,7 +67,7 @@ package final class _Lock: @unchecked Sendable {
 
     @inline(__always)
     package func unlock() {
-        if _isLockProfiling.load(ordering: .relaxed) && isProfiled {
+        if isProfiled && _isLockProfiling.load(ordering: .relaxed) {
             unlockProfiled()
             return
         }
@@ -168,7 +169,8 @@ package enum _LockProfiler {
         engineLock.lock()
         _isLockProfiling.store(false, ordering: .relaxed)
         var profile = engineLock.profile
-        // This acquisition's own hold is not part of the work measured.
+        // This acquisition's own hold is not part of the work measured (its wait is, and is one
+        // acquisition's worth).
         profile.acquisitions -= profile.acquiredAt == 0 ? 0 : 1
         profile.acquiredAt = 0
         engineLock.profile = _LockProfile()
