@@ -24,12 +24,18 @@ struct RunPlan {
 /// swift-corelibs-foundation's `OperationQueue` walks its queued operations on each scheduling
 /// event, so chains, fans and DAGs cost it time quadratic in their size (a 10⁴ chain takes many
 /// seconds). Before measuring, Foundation runs the scenario at doubling probe sizes until a probe
-/// takes `probeSeconds` or reaches full size. The two largest probes give the growth exponent k
+/// takes `probeTarget(budget:)` or reaches full size. The two largest probes give the growth exponent k
 /// (time ∝ size^k, clamped to 1...2.5), which estimates a full-size run. If the runs do not fit in
 /// what is left of the budget, Foundation runs fewer times, and if one run does not fit, once at the
 /// largest size that does. The probes double as its warm-up. The plan is always reported in a note.
 enum FoundationBudget {
-    static let probeSeconds = 0.25
+    /// How long the largest probe should take: a thirtieth of the budget (2 s of the default
+    /// 60 s), at least 0.25 s. Extrapolating from a probe close to the size that will run keeps the
+    /// estimate honest: corelibs' growth exponent rises with size (a `dag` plan made from 0.25 s
+    /// probes underestimated the run by several times, and the stop had to end it).
+    static func probeTarget(budget: Double) -> Double {
+        max(0.25, budget / 30)
+    }
 
     enum Outcome {
         case plan(RunPlan)
@@ -51,7 +57,7 @@ enum FoundationBudget {
             spent += seconds
             probes.append((size, seconds))
             Console.progress("  \(label): Foundation probe at \(describe(size)): \(Format.seconds(seconds))")
-            if size >= fullSize || seconds >= probeSeconds || spent >= budget / 4 { break }
+            if size >= fullSize || seconds >= probeTarget(budget: budget) || spent >= budget / 4 { break }
             size = size * 3 > fullSize ? fullSize : size * 2
         }
 
@@ -83,7 +89,10 @@ enum FoundationBudget {
                         + "about \(Format.seconds(perRun)) per run)",
                     growthExponent: exponent, probeSeconds: spent))
         }
-        let fits = Double(last.size) * pow(max(remaining, 0) / last.seconds, 1 / k)
+        // A reduced size is extrapolated far past the probes, and corelibs' growth steepens with
+        // size (a `dag` planned to fill what was left ran several times longer), so it is planned
+        // to take a third of what is left.
+        let fits = Double(last.size) * pow(max(remaining, 0) / 3 / last.seconds, 1 / k)
         let reduced = min(max(niceFloor(fits), last.size), fullSize)
         let growth = exponent.map { ", time ∝ size^\(Format.fixed($0, 2))" } ?? ""
         return .plan(
