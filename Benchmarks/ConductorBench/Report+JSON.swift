@@ -106,21 +106,15 @@ extension Report {
         }
         if !locks.isEmpty { document.append(("engine_lock", .array(locks))) }
         if !run.busy.isEmpty {
-            var rows: [JSON] = []
-            for loaded in run.busy {
-                for measurement in loaded.measurements {
-                    guard let quiet = run.scenario(loaded.id)?.measurement(measurement.system)?.stats?.median else {
-                        continue
-                    }
-                    let busy = measurement.stats?.median
-                    rows.append(
-                        .object([
-                            ("scenario", .string(loaded.id)), ("system", .string(measurement.system.rawValue)),
-                            ("unit", .string(unitName(loaded.metric))), ("quiet_median", .number(quiet)),
-                            ("busy_median", .number(busy)), ("busy_over_quiet", .number(busy.map { $0 / quiet })),
-                            ("ok", .bool(measurement.failure == nil)),
-                        ]))
-                }
+            let rows: [JSON] = run.busyComparisons.map { comparison in
+                let median = comparison.busy.stats?.median
+                let quiet = comparison.quietMedian
+                return .object([
+                    ("scenario", .string(comparison.scenario.id)), ("system", .string(comparison.busy.system.rawValue)),
+                    ("unit", .string(unitName(comparison.scenario.metric))), ("quiet_median", .number(quiet)),
+                    ("busy_median", .number(median)), ("busy_over_quiet", .number(median.map { $0 / quiet })),
+                    ("ok", .bool(comparison.busy.failure == nil)),
+                ])
             }
             document.append(("busy", .array(rows)))
         }

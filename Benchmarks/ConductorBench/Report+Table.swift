@@ -44,21 +44,17 @@ extension Report {
     /// Header, then per scenario and system: quiet median, busy median, and busy / quiet.
     static func busyRows(_ run: BenchmarkRun) -> [[String]] {
         var rows = [["scenario", "system", "quiet", "busy", "busy/quiet"]]
-        for loaded in run.busy {
-            guard let quiet = run.scenario(loaded.id) else { continue }
-            for measurement in loaded.measurements {
-                guard let before = quiet.measurement(measurement.system)?.stats?.median else { continue }
-                let cell: (String, String) =
-                    switch measurement.outcome {
-                    case .measured(let stats): (Format.figure(stats.median), Format.ratio(stats.median / before))
-                    case .failed: ("FAIL", "—")
-                    case .notApplicable: ("n/a", "—")
-                    }
-                rows.append([
-                    loaded.id, measurement.system.rawValue, Format.figure(before) + " " + loaded.metric.unit, cell.0,
-                    cell.1,
-                ])
-            }
+        for comparison in run.busyComparisons {
+            let (scenario, busy, quiet) = (comparison.scenario, comparison.busy, comparison.quietMedian)
+            let cell: (String, String) =
+                switch busy.outcome {
+                case .measured(let stats): (Format.figure(stats.median), Format.ratio(stats.median / quiet))
+                case .failed: ("FAIL", "—")
+                case .notApplicable: ("n/a", "—")
+                }
+            rows.append([
+                scenario.id, busy.system.rawValue, Format.figure(quiet) + " " + scenario.metric.unit, cell.0, cell.1,
+            ])
         }
         return rows
     }

@@ -138,6 +138,25 @@ struct BenchmarkRun {
         scenarios.first { $0.id == id }
     }
 
+    /// `--busy`: a system's measurement with one core kept busy, and its quiet median.
+    struct BusyComparison {
+        let scenario: ScenarioResult
+        let busy: Measurement
+        let quietMedian: Double
+    }
+
+    /// Each busy measurement with the same system's quiet median, where it has one.
+    var busyComparisons: [BusyComparison] {
+        var comparisons: [BusyComparison] = []
+        for loaded in busy {
+            for measurement in loaded.measurements {
+                guard let quiet = scenario(loaded.id)?.measurement(measurement.system)?.stats?.median else { continue }
+                comparisons.append(BusyComparison(scenario: loaded, busy: measurement, quietMedian: quiet))
+            }
+        }
+        return comparisons
+    }
+
     /// Whether any check failed.
     var hasFailure: Bool {
         (scenarios + busy).contains { $0.measurements.contains { $0.failure != nil } }

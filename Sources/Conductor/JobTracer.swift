@@ -75,7 +75,7 @@ public final class JobTracer: Sendable {
     /// - Complexity: O(events kept), with the engine lock held only to copy them.
     public func chromeTraceJSON() -> String {
         let snapshot = engineLock.withLock { recorder.snapshotLocked() }
-        return _ChromeTrace(snapshot: snapshot, now: _TraceClock.now()).json()
+        return _ChromeTrace(snapshot: snapshot, now: _PreciseClock.now()).json()
     }
 }
 
@@ -91,16 +91,6 @@ let _tracers = _Tracers()
 /// job that starts just as a tracer starts may or may not be recorded). A global of its own,
 /// initialized statically, so that reading it costs a load and no lazy-initialization check.
 let _isTracing = Atomic<Bool>(false)
-
-/// The clock of traces: monotonic, in nanoseconds, with full resolution (unlike
-/// `_DiagnosticClock`), read only while a tracer runs.
-enum _TraceClock {
-    static func now() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
-    }
-}
 
 /// One recorded event: plain values only, so that writing it into the ring copies bytes and
 /// touches no reference count. A job's name (when it has one) and its dependencies beyond the
@@ -245,7 +235,7 @@ extension Job {
         let executing = (queue?._executing ?? 0) - (kind == .finished ? 1 : 0)
         var event = _TraceEvent(
             kind: kind, priority: _priority, outcome: nil, code: nil, executing: Int32(clamping: max(executing, 0)),
-            ready: Int32(clamping: queue?._ready.count ?? 0), time: _TraceClock.now(), job: id, queue: queue?.id ?? 0,
+            ready: Int32(clamping: queue?._ready.count ?? 0), time: _PreciseClock.now(), job: id, queue: queue?.id ?? 0,
             firstDependency: 0, type: type(of: self))
         switch kind {
         case .started: event.firstDependency = _dependencies.first?.id ?? 0

@@ -6,6 +6,17 @@
     import Darwin
 #endif
 
+/// The clock of traces and of the lock profiler: monotonic, in nanoseconds, with full resolution
+/// (unlike `_DiagnosticClock`), read only while a tracer or a lock profile runs.
+enum _PreciseClock {
+    @inline(__always)
+    static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
+    }
+}
+
 /// The clock that times executing jobs for diagnostics (``Job/explain()``): monotonic, and cheap
 /// enough to read on every start. On Linux it is `CLOCK_MONOTONIC_COARSE`, a vDSO read with the
 /// resolution of the scheduler tick (a few milliseconds), plenty for saying how long a job has run;

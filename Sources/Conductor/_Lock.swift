@@ -76,10 +76,10 @@ package final class _Lock: @unchecked Sendable {
 
     @inline(never)
     private func lockProfiled() {
-        let before = _LockProfiler.now()
+        let before = _PreciseClock.now()
         let result = pthread_mutex_lock(mutex)
         _require(result == 0, "Conductor engine lock acquired recursively (pthread error \(result))")
-        let acquired = _LockProfiler.now()
+        let acquired = _PreciseClock.now()
         profile.acquisitions += 1
         profile.waitedNanoseconds &+= acquired &- before
         profile.acquiredAt = acquired
@@ -89,7 +89,7 @@ package final class _Lock: @unchecked Sendable {
     private func unlockProfiled() {
         // 0: acquired before profiling started, so there is no start to measure from.
         if profile.acquiredAt != 0 {
-            profile.heldNanoseconds &+= _LockProfiler.now() &- profile.acquiredAt
+            profile.heldNanoseconds &+= _PreciseClock.now() &- profile.acquiredAt
             profile.acquiredAt = 0
         }
         rawUnlock()
@@ -182,19 +182,12 @@ package enum _LockProfiler {
     package static func clockReadNanoseconds(samples: Int = 21) -> Double {
         var costs: [Double] = []
         for _ in 0..<samples {
-            let first = now()
+            let first = _PreciseClock.now()
             var last = first
-            for _ in 0..<1_000 { last = now() }
+            for _ in 0..<1_000 { last = _PreciseClock.now() }
             costs.append(Double(last &- first) / 1_000)
         }
         costs.sort()
         return costs[costs.count / 2]
-    }
-
-    @inline(__always)
-    static func now() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
     }
 }
