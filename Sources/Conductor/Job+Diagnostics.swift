@@ -25,14 +25,14 @@ struct _WaitReason {
 extension Job: CustomStringConvertible, CustomDebugStringConvertible {
     /// ``description``, as the engine writes it.
     var _engineDescription: String {
-        engineLock.withLock {
+        JobQueue._withEveryQueuesPushedAdmitted {
             "\(_describeLocked): \(_statusLocked(now: _DiagnosticClock.now())), priority \(_priority)"
         }
     }
 
     /// ``debugDescription``, as the engine writes it.
     var _engineDebugDescription: String {
-        let text = engineLock.withLock {
+        let text = JobQueue._withEveryQueuesPushedAdmitted {
             var text = _DeferredText("\(type(of: self))#\(id) ")
             text.append(_explanationLocked(now: _DiagnosticClock.now()))
             return text
@@ -67,7 +67,7 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
     /// - Complexity: O(the job's dependencies and the chains they lead to, plus the jobs of its
     ///   queue when the limit is what it waits for).
     public func explain() -> String {
-        engineLock.withLock { _explanationLocked(now: _DiagnosticClock.now()) }.rendered()
+        JobQueue._withEveryQueuesPushedAdmitted { _explanationLocked(now: _DiagnosticClock.now()) }.rendered()
     }
 
     // MARK: Engine snapshots (call with engineLock held)

@@ -286,11 +286,20 @@ extension JobQueue {
     /// The object is created on first use; until then the queue only counts the jobs added since it
     /// was last idle. Jobs of that count that finished before it was created count as one unit each.
     public var progress: JobProgress {
+        var actions = _Actions()
         engineLock.lock()
-        if let progress = _progress {
-            engineLock.unlock()
-            return progress
-        }
+        // The jobs pushed without the lock so far count. Planning after the progress exists turns
+        // pushing off: from then on every job is counted as it is added.
+        _admitPushedLocked(&actions)
+        let progress = _progress ?? _makeProgressLocked()
+        actions.touch(self)
+        actions.planWorkersLocked()
+        engineLock.unlock()
+        actions.perform()
+        return progress
+    }
+
+    private func _makeProgressLocked() -> JobProgress {
         let finishedSinceIdle = Int64(_addedSinceIdle - _jobCount)
         var total = Int64(_addedSinceIdle)
         var completed = finishedSinceIdle
@@ -307,7 +316,6 @@ extension JobQueue {
         let progress = JobProgress(kind: .queue, total: total, completed: completed)
         for own in adopted { own._parentLocked = progress }
         _progress = progress
-        engineLock.unlock()
         return progress
     }
 

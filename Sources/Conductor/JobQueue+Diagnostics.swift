@@ -2,12 +2,12 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
     /// The queue's name (or `JobQueue#id`), limit, and how many jobs execute, are ready and wait:
     /// `"network: limit 4, 4 executing, 2 ready, 7 waiting"`, with `", suspended"` when it is.
     public var description: String {
-        engineLock.withLock { "\(_displayNameLocked): \(_summaryLocked)" }
+        _withPushedAdmitted { "\(_displayNameLocked): \(_summaryLocked)" }
     }
 
     /// The ``description`` with the queue's number and quality of service.
     public var debugDescription: String {
-        engineLock.withLock {
+        _withPushedAdmitted {
             "JobQueue#\(id) '\(_displayNameLocked)': \(_summaryLocked), quality of service \(_qualityOfService)"
         }
     }
@@ -19,7 +19,7 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
     ///
     /// - Complexity: O(jobs on the queue).
     public func explain() -> String {
-        engineLock.withLock { _explanationLocked(now: _DiagnosticClock.now()) }
+        _withPushedAdmitted { _explanationLocked(now: _DiagnosticClock.now()) }
     }
 
     // MARK: Engine snapshots (call with engineLock held)

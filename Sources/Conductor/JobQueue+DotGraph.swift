@@ -27,7 +27,7 @@ extension JobQueue {
     ///
     /// - Complexity: O(jobs and edges drawn).
     public static func dotGraph(of queues: [JobQueue]) -> String {
-        engineLock.withLock {
+        JobQueue._withEveryQueuesPushedAdmitted {
             var graph = _DotGraph()
             return graph.renderLocked(queues)
         }

@@ -129,6 +129,9 @@ extension JobQueue {
 
     /// A finished job's callbacks have all run; wake the queue's waiters if it was the last.
     func _settleLocked(_ actions: inout _Actions) {
+        if _unsettled == 1 {
+            _admitBeforeSettlingLocked(&actions)
+        }
         _unsettled -= 1
         if _unsettled == 0 {
             if !_waiters.isEmpty {
@@ -205,6 +208,7 @@ extension JobQueue {
     /// - Complexity: O(1) amortized.
     @inline(__always)
     func _claimNextLocked(_ actions: inout _Actions) -> Job? {
+        _admitPushedLocked(&actions)
         guard !_isSuspended, _executing < _limit, var job = _ready.popFirst(&actions) else { return nil }
         if job._isExclusive {
             guard let exclusive = _claimExclusiveLocked(job, &actions) else { return nil }

@@ -89,6 +89,17 @@ public final class JobQueue: @unchecked Sendable {
     @exclusivity(unchecked) var _activeNext: Unmanaged<JobQueue>?
     @exclusivity(unchecked) var _activePrevious: Unmanaged<JobQueue>?
 
+    // MARK: Adding without the lock (see JobQueue+Admission.swift)
+    /// Jobs `addJob(_:)` (a closure) pushed without the lock and not yet admitted, newest first:
+    /// the address of the first, linked through `Job._next`, each holding one manual retain; 0 when
+    /// empty. Pushed with compare-and-swap, emptied under the lock. Last, away from the fields the
+    /// workers write.
+    let _pushed = Atomic<UInt>(0)
+    /// Whether a push may skip the lock. Written under the lock, read by pushers.
+    let _admitsWithoutLock = Atomic<Bool>(false)
+    /// The value last stored in `_admitsWithoutLock`, read under the lock without an atomic load.
+    @exclusivity(unchecked) var _admitsWithoutLockCached = false
+
     /// Creates a queue.
     ///
     /// - Parameters:
@@ -192,6 +203,7 @@ public final class JobQueue: @unchecked Sendable {
         // form was not inlined once its trap message was built (measured with callgrind).
         var actions = _Actions()
         engineLock.lock()
+        _admitPushedLocked(&actions)
         if let problem = _enqueueLocked(job, &actions) {
             engineLock.unlock()
             JobQueue._misuse("JobQueue.addJob(_:)", problem)
@@ -254,9 +266,19 @@ public final class JobQueue: @unchecked Sendable {
 
     /// Adds a job that runs `block`.
     ///
+    /// While the queue is busy (every slot taken, a worker about to run, or suspended), this takes
+    /// no lock: the job is pushed with one compare-and-swap, and the queue admits it the next time
+    /// it is scheduled, before anything can observe the queue. It is a member, in the order added,
+    /// for everything that happens after this returns.
+    ///
     /// - Complexity: O(1) amortized.
     public func addJob(_ block: @escaping @Sendable () -> Void) {
-        addJob(BlockJob(block: block))
+        let job = BlockJob(block: block)
+        if _pushWithoutLock(job) {
+            return
+        }
+        // The queue was idle or had free slots: admit it now (with any pushed before it).
+        _update { _ in }
     }
 
     /// Adds a barrier: `barrier` runs after every job added before it has finished, alone, and
@@ -286,13 +308,13 @@ public final class JobQueue: @unchecked Sendable {
     ///
     /// - Complexity: O(n) for the snapshot.
     public var jobs: [Job] {
-        engineLock.withLock { _membersLocked() }
+        _withPushedAdmitted { _membersLocked() }
     }
 
     /// The number of unfinished jobs.
     ///
     /// - Complexity: O(1).
-    public var jobCount: Int { engineLock.withLock { _jobCount } }
+    public var jobCount: Int { _withPushedAdmitted { _jobCount } }
 
     /// Cancels every job on the queue (see ``Job/cancel()``). Jobs not yet started finish at once;
     /// running ones are told to stop. Jobs added afterwards are not affected.
@@ -327,6 +349,7 @@ public final class JobQueue: @unchecked Sendable {
     func _cancelAllJobs(reason: CancellationReason) {
         var actions = _Actions()
         engineLock.lock()
+        _admitPushedLocked(&actions)
         let members = _membersLocked()
         // Only the jobs this loop cancelled: a member the cascade of another member's cancellation
         // reached first has its override run by `perform()` already.
@@ -349,9 +372,13 @@ public final class JobQueue: @unchecked Sendable {
     ///
     /// - Important: Calling it from a job running on this queue would never return, and traps.
     public func waitUntilAllJobsAreFinished() {
+        var actions = _Actions()
         engineLock.lock()
+        _admitPushedLocked(&actions)
+        actions.planWorkersLocked()
         if _unsettled == 0 {
             engineLock.unlock()
+            actions.perform()
             return
         }
         _trapIfWaitingForItselfLocked()
@@ -359,6 +386,7 @@ public final class JobQueue: @unchecked Sendable {
         _waiters.append(.semaphore(semaphore))
         let waiter = Job._beginBlockedWaitLocked(on: .queue(self))
         engineLock.unlock()
+        actions.perform()
         semaphore.wait()
         Job._endBlockedWait(of: waiter, on: self)
     }
@@ -367,9 +395,13 @@ public final class JobQueue: @unchecked Sendable {
     public func waitUntilAllJobsAreFinished() async {
         var waiter: Job?
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            var actions = _Actions()
             engineLock.lock()
+            _admitPushedLocked(&actions)
+            actions.planWorkersLocked()
             if _unsettled == 0 {
                 engineLock.unlock()
+                actions.perform()
                 continuation.resume()
                 return
             }
@@ -377,6 +409,7 @@ public final class JobQueue: @unchecked Sendable {
             _waiters.append(.continuation(continuation))
             waiter = Job._beginBlockedWaitLocked(on: .queue(self))
             engineLock.unlock()
+            actions.perform()
         }
         Job._endBlockedWait(of: waiter, on: self)
     }
@@ -404,6 +437,7 @@ public final class JobQueue: @unchecked Sendable {
     private func _update(_ body: (JobQueue, inout _Actions) -> Void) {
         var actions = _Actions()
         engineLock.lock()
+        _admitPushedLocked(&actions)
         body(self, &actions)
         actions.touch(self)
         actions.planWorkersLocked()

@@ -135,12 +135,13 @@ public final class StallWatchdog: Sendable {
         guard isRunning else { return }
         let thresholdNanoseconds = _DiagnosticClock.nanoseconds(threshold)
         var episodes = state.withLock { $0.episodes }
-        engineLock.lock()
         // Each active queue retains itself while it is on the list, so none is freed meanwhile;
         // the array is released after unlocking.
-        let queues = _activeQueues.allLocked()
-        let found = episodes.lookLocked(at: queues, threshold: thresholdNanoseconds, now: _DiagnosticClock.now())
-        engineLock.unlock()
+        var queues: [JobQueue] = []
+        let found = JobQueue._withEveryQueuesPushedAdmitted {
+            queues = _activeQueues.allLocked()
+            return episodes.lookLocked(at: queues, threshold: thresholdNanoseconds, now: _DiagnosticClock.now())
+        }
         state.withLock { $0.episodes = episodes }
         for stall in found {
             // Stopped meanwhile: deliver nothing more.

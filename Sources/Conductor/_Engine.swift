@@ -227,7 +227,7 @@ struct _Actions {
         #if CONDUCTOR_INVARIANTS
             queue._checkInvariantsLocked()
         #endif
-        if queue._shouldStartWorkerLocked() {
+        if queue._shouldStartWorkerLocked(&self) {
             more.workerStarts.append((queue._dispatchTargetLocked, queue, queue._workerGeneration))
         }
     }

@@ -1,0 +1,153 @@
+import Conductor
+import ConductorTestSupport
+import Dispatch
+import Testing
+
+// Tests for adding closures without the engine lock (`addJob(_:)` with a closure on a busy queue;
+// see JobQueue+Admission.swift and Docs/Design.md): a pushed job is a member, in the order added,
+// for everything that happens after its `addJob` returned, and no pushed job is ever left behind.
+// The handshake that guarantees the last is also model-checked (Model/Admission.pml).
+//
+// A queue pushes while it is suspended, has no free slot, or has a worker about to run, and has
+// unsettled jobs; so each test first makes the queue busy with a job added the ordinary way.
+// `_hasPushedJobs` (package) shows that a job really was pushed; every other check uses public API.
+
+@Suite struct LockFreeAdmissionTests {
+    @Test(
+        "closures pushed onto a suspended queue are members, counted, described and cancelled at once",
+        .timeLimit(.minutes(1)))
+    func pushedJobsAreMembers() async {
+        let queue = JobQueue(name: "pushed")
+        queue.isSuspended = true
+        let ran = Counter()
+        queue.addJob { ran.increment() }  // Idle queue: admitted under the lock.
+        #expect(!queue._hasPushedJobs)
+        for _ in 0..<99 {
+            queue.addJob { ran.increment() }
+        }
+        #expect(queue._hasPushedJobs)
+        #expect(queue.jobCount == 100)
+        #expect(!queue._hasPushedJobs)
+
+        for _ in 0..<50 {
+            queue.addJob { ran.increment() }
+        }
+        #expect(queue._hasPushedJobs)
+        #expect(queue.jobs.count == 150)
+        for _ in 0..<50 {
+            queue.addJob { ran.increment() }
+        }
+        #expect(queue.description.hasSuffix("0 executing, 200 ready, 0 waiting, suspended"))
+        #expect(queue.progress.totalUnitCount == 200)
+
+        for _ in 0..<50 {
+            queue.addJob { ran.increment() }
+        }
+        // With a progress object, every job is counted as it is added: nothing is pushed.
+        #expect(!queue._hasPushedJobs)
+        #expect(queue.progress.totalUnitCount == 250)
+
+        queue.cancelAllJobs()
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(ran.value == 0)
+        #expect(queue.jobCount == 0)
+    }
+
+    @Test(
+        "pushed closures keep their place among jobs added under the lock, a barrier and a batch",
+        .timeLimit(.minutes(1)))
+    func pushedJobsKeepTheirPlace() async {
+        let queue = JobQueue(name: "order", maxConcurrentJobCount: 1)
+        queue.isSuspended = true
+        let order = Log<String>()
+        queue.addJob { order.append("a") }
+        queue.addJob { order.append("b") }
+        #expect(queue._hasPushedJobs)
+        queue.addJob(BlockJob { order.append("c") })
+        queue.addJob { order.append("d") }
+        queue.addBarrierBlock { order.append("e") }
+        queue.addJob { order.append("f") }
+        queue.addJobs([BlockJob { order.append("g") }], waitUntilFinished: false)
+        queue.addJob { order.append("h") }
+        #expect(queue._hasPushedJobs)
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(order.values == ["a", "b", "c", "d", "e", "f", "g", "h"])
+    }
+
+    @Test(
+        "a closure pushed while the queue's only slot is held runs once the slot frees, with no wait to admit it",
+        .timeLimit(.minutes(1)))
+    func pushedWhileSaturatedRuns() async {
+        let (queue, worker) = makeJobQueueOnSerialWorker("saturated", limit: 1)
+        let held = HeldJob(name: "held")
+        queue.addJob(held)
+        await held.started.wait()
+        // The worker that started `held` has returned: nothing touches the queue until `finish()`.
+        await drainSerialQueue(worker)
+        let done = DispatchSemaphore(value: 0)
+        queue.addJob { done.signal() }
+        #expect(queue._hasPushedJobs)
+        held.finish()
+        // Nothing here admits the pushed job: the section where `held` finished must have.
+        await waitForSignals(done)
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
+    @Test(
+        "a wait that began before closures were pushed returns only after they ran (200 rounds)",
+        .timeLimit(.minutes(1)))
+    func waitCoversJobsPushedDuringIt() async {
+        for round in 0..<200 {
+            let queue = JobQueue(name: "wait-\(round)", maxConcurrentJobCount: 1)
+            let held = HeldJob(name: "held")
+            queue.addJob(held)
+            await held.started.wait()
+            let ran = Counter()
+            let waited = DispatchSemaphore(value: 0)
+            let ranWhenWaitReturned = Log<Int>()
+            DispatchQueue(label: "LockFreeAdmissionTests.waiter").async {
+                queue.waitUntilAllJobsAreFinished()
+                ranWhenWaitReturned.append(ran.value)
+                waited.signal()
+            }
+            // The waiter may register before, between or after these pushes; each returned
+            // `addJob` must be waited for.
+            for _ in 0..<3 {
+                queue.addJob { ran.increment() }
+            }
+            held.finish()
+            await waitForSignals(waited)
+            #expect(ranWhenWaitReturned.values == [3], "round \(round)")
+        }
+    }
+
+    @Test(
+        "four threads pushing 5,000 closures each onto a limit-2 queue: each runs exactly once, none is left behind",
+        .timeLimit(.minutes(1)))
+    func producersLoseNothing() async {
+        let queue = JobQueue(name: "producers", maxConcurrentJobCount: 2)
+        let producers = 4
+        let perProducer = 5_000
+        let counts = (0..<producers * perProducer).map { _ in Counter() }
+        let done = DispatchSemaphore(value: 0)
+        for producer in 0..<producers {
+            DispatchQueue(label: "LockFreeAdmissionTests.producer\(producer)").async {
+                for index in 0..<perProducer {
+                    let slot = counts[producer * perProducer + index]
+                    // Each job signals: the test waits for the signals, not through the queue
+                    // (whose calls admit pushed jobs), so a job left pushed would hang it.
+                    queue.addJob {
+                        slot.increment()
+                        done.signal()
+                    }
+                }
+            }
+        }
+        await waitForSignals(done, count: producers * perProducer)
+        #expect(counts.allSatisfy { $0.value == 1 })
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(queue.jobCount == 0)
+    }
+}
