@@ -274,10 +274,16 @@ public final class JobQueue: @unchecked Sendable {
     /// - Complexity: O(1) amortized.
     public func addJob(_ block: @escaping @Sendable () -> Void) {
         let job = BlockJob(block: block)
+        // A relaxed look first: while pushing is off, the job is enqueued under the lock at once,
+        // without touching the stack. The handshake itself is in `_pushWithoutLock`.
+        guard _admitsWithoutLock.load(ordering: .relaxed) else {
+            addJob(job)
+            return
+        }
         if _pushWithoutLock(job) {
             return
         }
-        // The queue was idle or had free slots: admit it now (with any pushed before it).
+        // Pushing was turned off meanwhile: admit it now (with any pushed before it).
         _update { _ in }
     }
 
