@@ -20,7 +20,8 @@ import Synchronization
 // it. `Model/Admission.pml` checks this handshake for lost jobs.
 //
 // Consistency. Every section that reads or changes the queue's membership, counts or order admits
-// the pushed jobs first (`_admitPushedLocked`), so a pushed job is a member, in push order, for
+// the pushed jobs first (`_admitPushedLocked`): every enqueue, a member becoming ready, changing
+// priority or leaving, every claim and queue-level call, and the diagnostics. So a pushed job is a member, in push order, for
 // everything that happens after its `addJob(_:)` returned. A pushed job's queue is active (on
 // `_activeQueues`): the flag is only on while the queue has unsettled jobs, and the section that
 // settles the last of them admits what was pushed before the count reaches zero.
@@ -75,7 +76,7 @@ extension JobQueue {
             let job = current.takeUnretainedValue()
             oldestFirst = job._next
             job._next = nil
-            if let problem = _enqueueLocked(job, &actions) {
+            if let problem = _enqueueAfterPushedLocked(job, &actions) {
                 _trap("Conductor: a job added without the lock could not be admitted: \(problem)")
             }
             // The membership list took its own retain: this releases the stack's, never the last.

@@ -21,9 +21,16 @@ import Dispatch
 // fixed at dispatch time); and claiming the job when dispatching the worker (a claimed job shows as
 // executing, holding a slot, while it still waits for a thread).
 extension JobQueue {
-    /// Adds `job` to the queue's membership and, unless a barrier holds it back, admits it.
+    /// Adds `job` to the queue's membership and, unless a barrier holds it back, admits it, after
+    /// the jobs pushed without the lock before it.
     /// - Returns: `nil`, or the message to trap with.
     func _enqueueLocked(_ job: Job, _ actions: inout _Actions) -> String? {
+        _admitPushedLocked(&actions)
+        return _enqueueAfterPushedLocked(job, &actions)
+    }
+
+    /// `_enqueueLocked` without admitting the pushed jobs first: for admitting them, oldest first.
+    func _enqueueAfterPushedLocked(_ job: Job, _ actions: inout _Actions) -> String? {
         if let owner = job._queue?.takeUnretainedValue() {
             return owner === self
                 ? "'\(job._describeLocked)' is already on this queue ('\(_displayNameLocked)'); a job is added once"
@@ -85,6 +92,8 @@ extension JobQueue {
     /// when its barrier has finished).
     func _jobBecameReadyLocked(_ job: Job, _ actions: inout _Actions) {
         guard job._admitted else { return }
+        // Behind the jobs pushed before it became ready.
+        _admitPushedLocked(&actions)
         _ready.push(job)
         actions.touch(self)
     }
@@ -99,6 +108,7 @@ extension JobQueue {
     /// `job`'s priority changed: if it is in line, it moves to the back of its new priority level.
     func _jobPriorityChangedLocked(_ job: Job, _ actions: inout _Actions) {
         if job._isInLine {
+            _admitPushedLocked(&actions)
             _ready.remove(job, &actions)
             _ready.push(job)
         }
@@ -106,6 +116,9 @@ extension JobQueue {
 
     /// `job` finished (or was cancelled before it started) while it belonged to this queue.
     func _jobLeftLocked(_ job: Job, wasExecuting: Bool, settlesNow: Bool, _ actions: inout _Actions) {
+        // Before the job leaves: the membership count must not reach zero with jobs pushed, which
+        // would start the queue's count of jobs added since it was idle over (`_addedSinceIdle`).
+        _admitPushedLocked(&actions)
         if wasExecuting {
             _executing -= 1
         } else if job._isInLine {

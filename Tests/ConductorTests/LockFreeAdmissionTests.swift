@@ -93,6 +93,32 @@ import Testing
         // Nothing here admits the pushed job: the section where `held` finished must have.
         await waitForSignals(done)
         await queue.waitUntilAllJobsAreFinished()
+        // Admitted before `held` left, so the queue was never idle, and its count has both jobs.
+        #expect(queue.progress.totalUnitCount == 2)
+    }
+
+    @Test(
+        "a closure pushed before a waiting job becomes ready runs first, and the queue's count keeps it",
+        .timeLimit(.minutes(1)))
+    func pushedJobsPrecedeLaterReadiness() async throws {
+        let (queue, worker) = makeJobQueueOnSerialWorker("readiness", limit: 1)
+        let held = HeldJob(name: "held")
+        queue.addJob(held)
+        await held.started.wait()
+        await drainSerialQueue(worker)
+        let order = Log<String>()
+        let dependency = BlockJob {}
+        let waiting = BlockJob { order.append("waiting") }
+        try waiting.addDependency(dependency)
+        queue.addJob(waiting)
+        queue.addJob { order.append("pushed") }
+        #expect(queue._hasPushedJobs)
+        dependency.cancel()  // Finishes it: `waiting` becomes ready, after the pushed job was added.
+        held.finish()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(order.values == ["pushed", "waiting"])
+        // One busy stretch: the queue was never idle, so its count includes every job.
+        #expect(queue.progress.totalUnitCount == 3)
     }
 
     @Test(

@@ -3,8 +3,9 @@
  *
  * Producers add jobs with `addJob(_:)` (a closure): each pushes its job onto the queue's `_pushed`
  * stack with one atomic step, then reads `_admitsWithoutLock`; when that is off it takes the lock
- * and admits what was pushed itself. Workers, and a controller that suspends or resumes the queue,
- * take the lock and admit the pushed jobs first in every section. `_shouldStartWorkerLocked(_:)`
+ * and admits what was pushed itself. Workers admit when they claim, when the last unsettled job
+ * settles and when they plan; a controller that suspends or resumes the queue, and a waiter, admit
+ * first. (The engine also admits when a job leaves the queue, which the model's counts do not need.) `_shouldStartWorkerLocked(_:)`
  * (`plan` below) recomputes the flag at the end of each section and, when it turns the flag off,
  * reads the stack again after the store.
  *
