@@ -286,17 +286,9 @@ extension JobQueue {
     /// The object is created on first use; until then the queue only counts the jobs added since it
     /// was last idle. Jobs of that count that finished before it was created count as one unit each.
     public var progress: JobProgress {
-        var actions = _Actions()
-        engineLock.lock()
-        // The jobs pushed without the lock so far count. Planning after the progress exists turns
-        // pushing off: from then on every job is counted as it is added.
-        _admitPushedLocked(&actions)
-        let progress = _progress ?? _makeProgressLocked()
-        actions.touch(self)
-        actions.planWorkersLocked()
-        engineLock.unlock()
-        actions.perform()
-        return progress
+        // `_update` admits the jobs pushed without the lock first, so they count; its planning,
+        // after the progress exists, turns pushing off: from then on every job is counted as added.
+        _update { $0._progress ?? $0._makeProgressLocked() }
     }
 
     private func _makeProgressLocked() -> JobProgress {

@@ -124,20 +124,6 @@ extension JobQueue {
         }
     }
 
-    /// Runs `body` under the engine lock once the pushed jobs are admitted, then starts the
-    /// workers admission calls for.
-    func _withPushedAdmitted<Result>(_ body: () -> Result) -> Result {
-        var actions = _Actions()
-        engineLock.lock()
-        _admitPushedLocked(&actions)
-        let result = body()
-        actions.touch(self)
-        actions.planWorkersLocked()
-        engineLock.unlock()
-        actions.perform()
-        return result
-    }
-
     /// Runs `body` under the engine lock once the jobs pushed onto every queue are admitted, then
     /// starts the workers admission calls for. For diagnostics, which may read any queue.
     ///

@@ -2,13 +2,13 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
     /// The queue's name (or `JobQueue#id`), limit, and how many jobs execute, are ready and wait:
     /// `"network: limit 4, 4 executing, 2 ready, 7 waiting"`, with `", suspended"` when it is.
     public var description: String {
-        _withPushedAdmitted { "\(_displayNameLocked): \(_summaryLocked)" }
+        _update { "\($0._displayNameLocked): \($0._summaryLocked)" }
     }
 
     /// The ``description`` with the queue's number and quality of service.
     public var debugDescription: String {
-        _withPushedAdmitted {
-            "JobQueue#\(id) '\(_displayNameLocked)': \(_summaryLocked), quality of service \(_qualityOfService)"
+        _update { queue in
+            "JobQueue#\(queue.id) '\(queue._displayNameLocked)': \(queue._summaryLocked), quality of service \(queue._qualityOfService)"
         }
     }
 
@@ -19,7 +19,7 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
     ///
     /// - Complexity: O(jobs on the queue).
     public func explain() -> String {
-        _withPushedAdmitted { _explanationLocked(now: _DiagnosticClock.now()) }
+        _update { $0._explanationLocked(now: _DiagnosticClock.now()) }
     }
 
     // MARK: Engine snapshots (call with engineLock held)

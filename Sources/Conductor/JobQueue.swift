@@ -203,7 +203,6 @@ public final class JobQueue: @unchecked Sendable {
         // form was not inlined once its trap message was built (measured with callgrind).
         var actions = _Actions()
         engineLock.lock()
-        _admitPushedLocked(&actions)
         if let problem = _enqueueLocked(job, &actions) {
             engineLock.unlock()
             JobQueue._misuse("JobQueue.addJob(_:)", problem)
@@ -314,13 +313,13 @@ public final class JobQueue: @unchecked Sendable {
     ///
     /// - Complexity: O(n) for the snapshot.
     public var jobs: [Job] {
-        _withPushedAdmitted { _membersLocked() }
+        _update { $0._membersLocked() }
     }
 
     /// The number of unfinished jobs.
     ///
     /// - Complexity: O(1).
-    public var jobCount: Int { _withPushedAdmitted { _jobCount } }
+    public var jobCount: Int { _update { $0._jobCount } }
 
     /// Cancels every job on the queue (see ``Job/cancel()``). Jobs not yet started finish at once;
     /// running ones are told to stop. Jobs added afterwards are not affected.
@@ -439,19 +438,21 @@ public final class JobQueue: @unchecked Sendable {
 
     var _displayNameLocked: String { _name ?? "JobQueue#\(id)" }
 
-    /// Runs `body` under the engine lock, then starts any workers the change made possible.
-    private func _update(_ body: (JobQueue, inout _Actions) -> Void) {
+    /// Runs `body` under the engine lock, after admitting the jobs pushed without it, then starts
+    /// any workers the change (or the admission) made possible.
+    func _update<Result>(_ body: (JobQueue, inout _Actions) -> Result) -> Result {
         var actions = _Actions()
         engineLock.lock()
         _admitPushedLocked(&actions)
-        body(self, &actions)
+        let result = body(self, &actions)
         actions.touch(self)
         actions.planWorkersLocked()
         engineLock.unlock()
         actions.perform()
+        return result
     }
 
-    private func _update(_ body: (JobQueue) -> Void) {
+    func _update<Result>(_ body: (JobQueue) -> Result) -> Result {
         _update { queue, _ in body(queue) }
     }
 }
