@@ -33,7 +33,7 @@ extension Job {
     ///   `.alreadyStarted` if this job has started or finished. The graph is unchanged when it throws.
     /// - Complexity: O(1) amortized when `job` was created before this job, or otherwise already
     ///   ordered before it; otherwise O(size of the affected region) by the Pearce–Kelly algorithm.
-    ///   Plus O(number of dependencies) for the duplicate check.
+    ///   The duplicate check is O(1) amortized.
     public func addDependency(_ job: Job, policy: DependencyPolicy) throws(JobError) {
         var actions = _Actions()
         engineLock.lock()
@@ -108,12 +108,20 @@ extension Job {
 
     /// Whether `job` is already a dependency. O(1) amortized: a short list is scanned, a long one
     /// gets a set of identities. Call with `engineLock` held.
+    ///
+    /// While `job` is unfinished (and this job unstarted, as the caller checked), an edge between
+    /// them is on both ends: `job` is in `_dependencies` exactly when this job is in
+    /// `job._dependents`. So the shorter of the two lists is scanned, and the set is built only when
+    /// both are long. A fan-in's last job (10⁴ dependencies, each with one dependent) needs no set.
     private func _hasDependencyLocked(_ job: Job) -> Bool {
         if let set = _extras?.dependencySet {
             return set.contains(ObjectIdentifier(job))
         }
         if _dependencies.count < 16 {
             return _dependencies.contains { $0 === job }
+        }
+        if job._state != .finished && job._dependents.count < 16 {
+            return job._dependents.contains { $0 === self }
         }
         let set = Set(_dependencies.lazy.map { ObjectIdentifier($0) })
         _extrasLocked.dependencySet = set

@@ -179,6 +179,36 @@ struct DependencyTests {
         }
     }
 
+    @Test(
+        "a duplicate is found from either end of the edge, and a removed edge can be added again",
+        arguments: [0, 20])
+    func duplicateFoundFromEitherEnd(otherDependents: Int) throws {
+        // 40 dependencies, so the job's own list is long. With no other dependents, each dependency's
+        // list is short and is the one scanned; with 20 each, both are long and a set is kept.
+        let dependencies = (0..<40).map { _ in Job() }
+        let others = (0..<otherDependents).map { _ in Job() }
+        for other in others {
+            for dependency in dependencies { try other.addDependency(dependency) }
+        }
+        let job = Job()
+        for dependency in dependencies { try job.addDependency(dependency) }
+        for dependency in dependencies.reversed() { try job.addDependency(dependency) }
+        #expect(ids(job.dependencies) == ids(dependencies))
+
+        job.removeDependency(dependencies[7])
+        try job.addDependency(dependencies[7])
+        try job.addDependency(dependencies[7])
+        #expect(ids(job.dependencies) == ids(dependencies.filter { $0 !== dependencies[7] } + [dependencies[7]]))
+
+        for dependency in dependencies.dropLast() { dependency.start() }
+        // Finished dependencies have dropped their dependents: the job's own list (or set) decides.
+        for dependency in dependencies.dropLast() { try job.addDependency(dependency) }
+        #expect(job.dependencies.count == 40)
+        #expect(job.state == .pending)
+        dependencies.last!.start()
+        #expect(job.state == .ready, "each dependency was counted once")
+    }
+
     // MARK: Removing dependencies
 
     @Test("removing the last unfinished dependency makes the job ready, and its queue runs it")
