@@ -43,11 +43,23 @@ struct _FIFO<Element> {
     ///
     /// - Complexity: O(count).
     mutating func removeAll(where shouldRemove: (Element) -> Bool) {
-        var kept = _FIFO()
-        while let element = popFirst() {
-            if !shouldRemove(element) { kept.append(element) }
+        // In place: every slot is taken (left empty) as it is read, and a kept element moves to the
+        // next slot from the head, which has been read already. No buffer is allocated.
+        let mask = slots.count - 1
+        var kept = 0
+        for offset in 0..<count {
+            let element = slots[(head + offset) & mask].take()!
+            if !shouldRemove(element) {
+                slots[(head + kept) & mask] = element
+                kept += 1
+            }
         }
-        self = kept
+        count = kept
+        if kept == 0 {
+            // Emptied (a queue's jobs all cancelled): let the buffer go, as a fresh FIFO would.
+            slots = []
+            head = 0
+        }
     }
 
     private mutating func grow() {
@@ -155,6 +167,7 @@ struct _ReadyQueue {
 
     private mutating func compact(_ actions: inout _Actions) {
         var dropped: [Job] = []
+        dropped.reserveCapacity(staleCount)
         for index in buckets.indices {
             buckets[index].removeAll { entry in
                 let stale = entry.job._readyTicket != entry.ticket

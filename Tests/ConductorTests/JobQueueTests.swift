@@ -395,6 +395,30 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(log.values == ["vh", "h", "n1", "n2", "low", "vl"])
     }
 
+    @Test func cancellingMostQueuedJobsKeepsTheRestInOrder() async {
+        // 300 ready jobs over two priorities; cancelling two of every three leaves stale entries
+        // that outnumber the live ones, so the ready buckets are compacted (in place) on the way.
+        let queue = JobQueue(name: "compacted", maxConcurrentJobCount: 1)
+        queue.isSuspended = true
+        let log = Log<String>()
+        let jobs = (0..<300).map { index in
+            recordingJob("\(index)", log, priority: index.isMultiple(of: 2) ? .high : .normal)
+        }
+        queue.addJobs(jobs, waitUntilFinished: false)
+        for (index, job) in jobs.enumerated() where !index.isMultiple(of: 3) {
+            job.cancel()
+        }
+        // Added after the compaction: they must follow the survivors of their priority.
+        let late = [recordingJob("late-normal", log), recordingJob("late-high", log, priority: .high)]
+        queue.addJobs(late, waitUntilFinished: false)
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        let survivors = (0..<300).filter { $0.isMultiple(of: 3) }
+        let high = survivors.filter { $0.isMultiple(of: 2) }.map { "\($0)" }
+        let normal = survivors.filter { !$0.isMultiple(of: 2) }.map { "\($0)" }
+        #expect(log.values == high + ["late-high"] + normal + ["late-normal"])
+    }
+
     @Test func addJobsIsAtomicOnAnIdleQueue() async {
         let queue = JobQueue(name: "batch-idle", maxConcurrentJobCount: 1)
         let log = Log<String>()
