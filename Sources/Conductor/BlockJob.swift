@@ -61,8 +61,7 @@ public final class BlockJob: Job, @unchecked Sendable {
     }
 
     override func _discardWorkLocked(_ actions: inout _Actions) {
-        actions.releaseAfterUnlocking(block: firstBlock)
-        firstBlock = nil
+        actions.releaseAfterUnlocking(block: firstBlock.take())
         if !moreBlocks.isEmpty {
             actions.releaseAfterUnlocking(moreBlocks)
             moreBlocks = []

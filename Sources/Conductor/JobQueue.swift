@@ -356,18 +356,18 @@ public final class JobQueue: @unchecked Sendable {
         engineLock.lock()
         _admitPushedLocked(&actions)
         let members = _membersLocked()
-        // Only the jobs this loop cancelled: a member the cascade of another member's cancellation
-        // reached first has its override run by `perform()` already.
+        // Only the jobs this loop cancelled, and only those whose class may override `cancel()`: a
+        // member the cascade of another member's cancellation reached first has its override run by
+        // `perform()` already. Queues of closures collect nothing here.
         var cancelledHere: [Job] = []
-        cancelledHere.reserveCapacity(members.count)
-        for job in members where job._cancelLocked(reason, &actions) {
+        for job in members where job._cancelLocked(reason, &actions) && job._mayOverrideCancel {
             cancelledHere.append(job)
         }
         actions.touch(self)
         actions.planWorkersLocked()
         engineLock.unlock()
         actions.perform()
-        for job in cancelledHere where job._mayOverrideCancel {
+        for job in cancelledHere {
             job.cancel()
         }
     }
