@@ -367,6 +367,9 @@ public final class JobQueue: @unchecked Sendable {
         actions.planWorkersLocked()
         engineLock.unlock()
         actions.perform()
+        // The cancelled members left the queue under the lock; `members` may hold the last
+        // reference to some, so it lives until here, after unlocking.
+        withExtendedLifetime(members) {}
         for job in cancelledHere {
             job.cancel()
         }

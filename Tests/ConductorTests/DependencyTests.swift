@@ -194,6 +194,7 @@ struct DependencyTests {
         for dependency in dependencies { try job.addDependency(dependency) }
         for dependency in dependencies.reversed() { try job.addDependency(dependency) }
         #expect(ids(job.dependencies) == ids(dependencies))
+        #expect(others.allSatisfy { ids($0.dependencies) == ids(dependencies) })
 
         job.removeDependency(dependencies[7])
         try job.addDependency(dependencies[7])

@@ -419,6 +419,38 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(log.values == high + ["late-high"] + normal + ["late-normal"])
     }
 
+    @Test func compactingAWrappedReadyRingKeepsTheOrder() async {
+        // The first 101 of 200 jobs run, and the 101st suspends the queue: the ring's head is now
+        // past its start. 150 more wrap around the end of the 256-slot ring; cancelling two of every
+        // three waiting jobs then compacts entries on both sides of the wrap.
+        let queue = JobQueue(name: "wrapped", maxConcurrentJobCount: 1)
+        queue.isSuspended = true
+        let log = Log<String>()
+        let suspended = DispatchSemaphore(value: 0)
+        let first = (0..<200).map { index in
+            index == 100
+                ? BlockJob {
+                    log.append("100")
+                    queue.isSuspended = true
+                    suspended.signal()
+                }
+                : recordingJob("\(index)", log)
+        }
+        queue.addJobs(first, waitUntilFinished: false)
+        queue.isSuspended = false
+        await waitForSignals(suspended)
+        let second = (200..<350).map { recordingJob("\($0)", log) }
+        queue.addJobs(second, waitUntilFinished: false)
+        let waiting = Array((first + second)[101...])
+        for (offset, job) in waiting.enumerated() where !offset.isMultiple(of: 3) {
+            job.cancel()
+        }
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        let survivors = (101..<350).filter { ($0 - 101).isMultiple(of: 3) }
+        #expect(log.values == (0...100).map { "\($0)" } + survivors.map { "\($0)" })
+    }
+
     @Test func addJobsIsAtomicOnAnIdleQueue() async {
         let queue = JobQueue(name: "batch-idle", maxConcurrentJobCount: 1)
         let log = Log<String>()
