@@ -36,9 +36,12 @@ private func number(_ value: Any?) -> Double? {
         var jobs: [Job] = []
         var edges = 0
         // A chain on the limit-2 queue, a fan on the other queue depending on its end, an
-        // asynchronous job, a job that fails, and one cancelled before it starts.
+        // asynchronous job, a job that fails, and one cancelled before it starts. The chain's first
+        // job waits (on a worker thread) until that cancellation is made, so the chain cannot reach
+        // the cancelled job first however the threads are scheduled.
+        let cancellationMade = DispatchSemaphore(value: 0)
         for index in 0..<40 {
-            let job = BlockJob {}
+            let job = index == 0 ? BlockJob { cancellationMade.wait() } : BlockJob {}
             job.name = "trace-chain-\(index)"
             if let previous = jobs.last {
                 try job.addDependency(previous)
@@ -64,6 +67,7 @@ private func number(_ value: Any?) -> Double? {
         try cancelled.addDependency(last)
         front.addJobs(jobs + [async, failing, cancelled], waitUntilFinished: false)
         cancelled.cancel()
+        cancellationMade.signal()
         back.addJobs(fan, waitUntilFinished: false)
         await front.waitUntilAllJobsAreFinished()
         await back.waitUntilAllJobsAreFinished()
