@@ -111,8 +111,9 @@ extension Job {
     ///
     /// While `job` is unfinished (and this job unstarted, as the caller checked), an edge between
     /// them is on both ends: `job` is in `_dependencies` exactly when this job is in
-    /// `job._dependents`. So the shorter of the two lists is scanned, and the set is built only when
-    /// both are long. A fan-in's last job (10⁴ dependencies, each with one dependent) needs no set.
+    /// `job._dependents`. So when this job's list is long, `job`'s is scanned if it is short, and the
+    /// set is built only when both are long (or `job` has finished). A fan-in's last job (10⁴
+    /// dependencies, each with at most one dependent) needs no set.
     private func _hasDependencyLocked(_ job: Job) -> Bool {
         if let set = _extras?.dependencySet {
             return set.contains(ObjectIdentifier(job))
