@@ -5,9 +5,9 @@
  * stack with one atomic step, then reads `_admitsWithoutLock`; when that is off it takes the lock
  * and admits what was pushed itself. Workers admit when they claim, when the last unsettled job
  * settles and when they plan; a controller that suspends or resumes the queue, and a waiter, admit
- * first. (The engine also admits when a job leaves the queue, which the model's counts do not need.) `_shouldStartWorkerLocked(_:)`
- * (`plan` below) recomputes the flag at the end of each section and, when it turns the flag off,
- * reads the stack again after the store.
+ * first. (The engine also admits when a job leaves the queue, which the model's counts do not
+ * need.) `_shouldStartWorkerLocked(_:)` (`plan` below) recomputes the flag at the end of each
+ * section and, when it turns the flag off, reads the stack again after the store.
  *
  * Unlike Lifecycle.pml, a critical section here is not one `atomic` block: the lock excludes the
  * other lock holders only, and the producers' push and flag read interleave with every step of a
