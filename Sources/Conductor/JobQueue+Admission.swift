@@ -12,8 +12,9 @@ import Synchronization
 // The handshake. `_admitsWithoutLock` says a push may skip the lock: while it is true, some thread
 // is bound to take the lock for this queue and plan its workers, which admits what was pushed. It is
 // true while the queue has unsettled jobs and is suspended, or has no free slot, or has a worker
-// dispatched that has not run yet; each of these ends only in a section that touches the queue and
-// so plans its workers (`_shouldStartWorkerLocked(_:)`), which recomputes the flag. A pusher pushes,
+// dispatched that has not run yet, or has a helper standing by (sent again within `helperStandby`)
+// while a worker runs; each of these ends only in a section that touches the queue and so plans
+// its workers (`_shouldStartWorkerLocked(_:)`), which recomputes the flag. A pusher pushes,
 // then reads the flag; a section turning the flag off stores it, then reads the stack. Both use
 // sequentially consistent ordering, so at least one of them sees the other: either the pusher sees
 // the flag off and admits its job itself, under the lock, or the section sees the job and admits
@@ -95,7 +96,9 @@ extension JobQueue {
                 start = true
             }
             let admitsWithoutLock =
-                _unsettled > 0 && _progress == nil && (_isSuspended || _executing >= _limit || _idleWorkers > 0)
+                _unsettled > 0 && _progress == nil
+                && (_isSuspended || _executing >= _limit || _idleWorkers > 0
+                    || (_standbyWorkers > 0 && _runningWorkers > 0))
             if admitsWithoutLock == _admitsWithoutLockCached {
                 return start
             }

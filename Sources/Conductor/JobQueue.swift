@@ -33,7 +33,9 @@ public final class JobQueue: @unchecked Sendable {
 
     /// The number of jobs a queue with the default limit runs at once: 64, or twice the number
     /// of active processors if that is more. Workers claim a job only when a thread runs them, so a
-    /// wide queue of CPU-bound jobs does not oversubscribe the processors.
+    /// wide queue of CPU-bound jobs does not oversubscribe the processors. The width is a ceiling:
+    /// while the running workers each claim a job at least once a microsecond, another worker
+    /// stands by rather than contend for the engine lock, and joins once they stop keeping pace.
     public static let systemDefaultWidth: Int = max(64, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
 
     let id: UInt64
@@ -54,6 +56,8 @@ public final class JobQueue: @unchecked Sendable {
     @exclusivity(unchecked) var _idleWorkers = 0
     /// Workers waiting briefly for a slot (see `_runWorker`); each also counts in `_idleWorkers`.
     @exclusivity(unchecked) var _waitingWorkers = 0
+    /// Jobs this queue has claimed, ever (wrapping): how a helper measures the running workers' pace.
+    @exclusivity(unchecked) var _claims: UInt64 = 0
     /// Bumped, under the lock, whenever capacity or ready work may have changed while a worker
     /// waits; the waiting worker polls it without the lock.
     let _wakeups = Atomic<UInt64>(0)
@@ -88,6 +92,19 @@ public final class JobQueue: @unchecked Sendable {
     /// Links in the list of queues with unsettled jobs (`_activeQueues`), while the queue is on it.
     @exclusivity(unchecked) var _activeNext: Unmanaged<JobQueue>?
     @exclusivity(unchecked) var _activePrevious: Unmanaged<JobQueue>?
+    /// Workers of the current generation between claiming their first job and leaving: running a
+    /// job, running a finished job's callbacks before claiming again, or waiting for a slot.
+    @exclusivity(unchecked) var _runningWorkers = 0
+    /// Helpers standing by (see `_runWorker`): 0 or 1. Not counted in `_idleWorkers`.
+    @exclusivity(unchecked) var _standbyWorkers = 0
+    /// When the last helper was sent or stood by (`_PreciseClock`), and `_claims` then: the start
+    /// of the interval over which it measures the running workers' pace.
+    @exclusivity(unchecked) var _helperSentAt: UInt64 = 0
+    @exclusivity(unchecked) var _helperSentClaims: UInt64 = 0
+    /// While more than one worker runs: the start of the interval over which the next worker to
+    /// claim measures their pace (`_PreciseClock`), and `_claims` then.
+    @exclusivity(unchecked) var _paceSince: UInt64 = 0
+    @exclusivity(unchecked) var _paceClaims: UInt64 = 0
 
     // MARK: Adding without the lock (see JobQueue+Admission.swift)
     /// Jobs `addJob(_:)` (a closure) pushed without the lock and not yet admitted, newest first:
@@ -265,8 +282,8 @@ public final class JobQueue: @unchecked Sendable {
 
     /// Adds a job that runs `block`.
     ///
-    /// While the queue is busy (every slot taken, a worker about to run, or suspended), this takes
-    /// no lock: the job is pushed with one compare-and-swap, and the queue admits it the next time
+    /// While the queue is busy (every slot taken, a worker about to run, a helper standing by, or
+    /// suspended), this takes no lock: the job is pushed with one compare-and-swap, and the queue admits it the next time
     /// it is scheduled, before anything can observe the queue. It is a member, in the order added,
     /// for everything that happens after this returns.
     ///

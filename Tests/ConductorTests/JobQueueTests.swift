@@ -371,6 +371,34 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(log.values == ["a", "b", "c", "next"])
     }
 
+    // MARK: Helpers standing by
+
+    /// Thousands of empty jobs first: one worker keeps pace with them, so a helper sent meanwhile
+    /// may stand by instead of joining. Then a job (or its completion block) blocks its worker
+    /// until a job added after it has run. That job can only run if a helper joins once the running
+    /// worker stops claiming; a helper that kept standing by would leave the test hanging.
+    @Test(
+        "a worker stuck in a job or its callbacks after a run of short jobs gets a helper",
+        .timeLimit(.minutes(1)),
+        arguments: [false, true])
+    func stuckWorkerGetsAHelper(blockInCompletion: Bool) async {
+        let queue = blockingQueue("helper", limit: 2)
+        let ran = Counter()
+        for _ in 0..<20_000 {
+            queue.addJob { ran.increment() }
+        }
+        let released = DispatchSemaphore(value: 0)
+        let stuck = BlockJob { if !blockInCompletion { released.wait() } }
+        if blockInCompletion {
+            stuck.completionBlock = { released.wait() }
+        }
+        queue.addJob(stuck)
+        queue.addJob { released.signal() }
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(ran.value == 20_000)
+        #expect(stuck.state == .finished)
+    }
+
     // MARK: Batches
 
     @Test func addJobsAppliesPrioritiesAcrossTheBatch() async {

@@ -51,6 +51,10 @@ bool locked = false;      /* engineLock */
 byte ready = 0;           /* admitted, in line */
 byte executing = 0;
 byte idle = 0;            /* workers dispatched that have not run */
+byte running = 0;         /* _runningWorkers */
+byte standby = 0;         /* _standbyWorkers: a helper standing by */
+byte claims = 0;          /* _claims */
+byte sentClaims = 0;      /* _helperSentClaims */
 byte unsettled = 0;
 bool suspended = (SUSPEND == 1);
 bool waiting = false;     /* a waiter is registered (_waiters) */
@@ -72,11 +76,17 @@ inline plan(start) {
     do
     :: admit();
        if
-       :: !suspended && idle == 0 && executing < LIMIT && ready > 0 -> idle = 1; start = true
+       :: !suspended && idle == 0 && executing < LIMIT && ready > 0 && !(running > 0 && standby > 0) ->
+          if
+          :: running > 0 -> sentClaims = claims    /* a helper */
+          :: else -> skip
+          fi;
+          idle = 1; start = true
        :: else -> skip
        fi;
        if
-       :: (unsettled > 0 && (suspended || executing >= LIMIT || idle > 0)) == cached -> break
+       :: (unsettled > 0 && (suspended || executing >= LIMIT || idle > 0 || (standby > 0 && running > 0))) == cached ->
+          break
        :: else ->
           cached = !cached;
           flag = cached;                      /* the sequentially consistent store */
@@ -97,23 +107,43 @@ inline claim(have) {
     admit();
     if
     :: !suspended && executing < LIMIT && ready > 0 ->
-       ready--; executing++; have = true;
+       ready--; executing++; claims++; have = true;
        assert(executing <= LIMIT)
     :: else -> have = false
     fi
 }
 
-proctype Worker() {
+/* `fromStandby`: a helper that stood by, sent again after a while (`asyncAfter`). */
+proctype Worker(bool fromStandby) {
     bool have = false;
     bool start = false;
+    bool stoodBy = false;
     lock();
-    assert(idle > 0);
-    idle--;
-    claim(have);
+    if
+    :: fromStandby -> standby--
+    :: else -> assert(idle > 0); idle--
+    fi;
+    admit();
+    /* A helper may stand by (the pace is a matter of time) if the running workers claimed a job
+     * since it was sent; finding them stuck, it joins. */
+    if
+    :: running > 0 && !suspended && executing < LIMIT && ready > 0 && claims != sentClaims ->
+       standby++; sentClaims = claims; stoodBy = true
+    :: true ->
+       claim(have);
+       if
+       :: have -> running++
+       :: else -> skip
+       fi
+    fi;
     plan(start);
     unlock();
     if
-    :: start -> run Worker()
+    :: start -> run Worker(false)
+    :: else -> skip
+    fi;
+    if
+    :: stoodBy -> stoodBy = false; run Worker(true)
     :: else -> skip
     fi;
     do
@@ -138,11 +168,31 @@ proctype Worker() {
           waiting = false
        :: else -> skip
        fi;
-       claim(have);
+       if
+       :: running > 1 ->
+          /* More workers run than the jobs need: this one leaves, and stands by unless a helper
+           * already does. */
+          have = false;
+          running--;
+          if
+          :: standby == 0 -> standby++; sentClaims = claims; stoodBy = true
+          :: else -> skip
+          fi
+       :: true ->
+          claim(have);
+          if
+          :: !have -> running--    /* leaves */
+          :: else -> skip
+          fi
+       fi;
        plan(start);
        unlock();
        if
-       :: start -> run Worker()
+       :: start -> run Worker(false)
+       :: else -> skip
+       fi;
+       if
+       :: stoodBy -> stoodBy = false; run Worker(true)
        :: else -> skip
        fi
     :: !have -> break
@@ -171,7 +221,7 @@ proctype Producer() {
           returned++;                         /* returns after unlocking */
           unlock();
           if
-          :: start -> run Worker()
+          :: start -> run Worker(false)
           :: else -> skip
           fi
        :: else -> skip
@@ -189,7 +239,7 @@ inline setSuspended(value) {
     plan(start);
     unlock();
     if
-    :: start -> run Worker()
+    :: start -> run Worker(false)
     :: else -> skip
     fi
 }
@@ -215,7 +265,7 @@ proctype Waiter() {
     fi;
     unlock();
     if
-    :: start -> run Worker()                  /* perform(), then block */
+    :: start -> run Worker(false)                  /* perform(), then block */
     :: else -> skip
     fi;
     (!waiting)
@@ -241,5 +291,6 @@ init {
     timeout ->
     assert(ran == PRODUCERS * JOBS);
     assert(pushed == 0 && ready == 0 && executing == 0 && unsettled == 0 && idle == 0);
+    assert(running == 0 && standby == 0);
     assert(!locked)
 }

@@ -95,6 +95,10 @@ bool workCancelled[N];
 byte executing = 0;      /* JobQueue._executing */
 byte idle = 0;           /* JobQueue._idleWorkers */
 byte waiting = 0;        /* JobQueue._waitingWorkers: workers waiting briefly for a slot */
+byte running = 0;        /* JobQueue._runningWorkers */
+byte standby = 0;        /* JobQueue._standbyWorkers: a helper standing by */
+byte claims = 0;         /* JobQueue._claims */
+byte sentClaims = 0;     /* JobQueue._helperSentClaims */
 byte readyCount = 0;     /* JobQueue._ready.count */
 byte limit = LIMIT;      /* JobQueue._limit */
 byte maxLimit = LIMIT;   /* the largest limit ever in force */
@@ -120,6 +124,7 @@ inline checkInvariants() {
     assert(readyCount == inReady[0] + inReady[1] + inReady[2]);
     assert(executing <= maxLimit);
     assert(waiting <= idle);
+    assert(standby <= 1);
     /* a job has an outcome exactly when it has finished */
     assert((state[0] == FINISHED) == (outcome[0] != NO_OUTCOME));
     assert((state[1] == FINISHED) == (outcome[1] != NO_OUTCOME));
@@ -286,30 +291,63 @@ inline claimNext(j) {
         assert(state[j] == READY && !cancelled[j]);
         state[j] = EXECUTING;
         started[j] = true;
-        executing++
+        executing++;
+        claims++
     :: else -> skip
     fi
 }
 
 /* _Actions.planWorkersLocked / JobQueue._shouldStartWorkerLocked, and perform() dispatching the
- * worker: at most one worker waits to run at a time. */
+ * worker: at most one worker waits to run at a time, and none while workers run and a helper
+ * stands by. A worker sent while others run is a helper, which measures their pace from now. */
 inline planWorkers() {
     if
-    :: idle == 0 && executing < limit && readyCount > 0 -> idle++; run Worker()
+    :: idle == 0 && executing < limit && readyCount > 0 && !(running > 0 && standby > 0) ->
+        if
+        :: running > 0 -> sentClaims = claims
+        :: else -> skip
+        fi;
+        idle++; run Worker(false)
     :: else -> skip
     fi;
     /* Scratch variables are reset so that states differing only in dead values are one state. */
     k = 0
 }
 
-/* JobQueue._runWorker */
-proctype Worker() {
+/* JobQueue._runWorker; `fromStandby`: a helper that stood by, sent again after a while
+ * (`asyncAfter`). */
+proctype Worker(bool fromStandby) {
     byte j, k, b;
     byte waits = 0;    /* 0: has not waited; 1: waiting for a slot; 2: has waited (budget spent) */
     bool callbacks = false;    /* it finished its job, and then: the job has callbacks to run
                                   before the next claim */
-    /* Claim, then hand the baton to one more worker if work and slots remain. */
-    atomic { idle--; claimNext(j); planWorkers(); checkInvariants() }
+    bool stoodBy = false;
+    /* Claim, then hand the baton to one more worker if work and slots remain. A helper may stand
+     * by instead (_helperShouldStandByLocked): the pace is a matter of time, so either choice is
+     * possible, but only if the running workers claimed a job since the helper was sent. A helper
+     * finding them stuck always joins. */
+    atomic {
+        if
+        :: fromStandby -> standby--
+        :: else -> idle--
+        fi;
+        if
+        :: running > 0 && executing < limit && readyCount > 0 && claims != sentClaims ->
+            standby++; sentClaims = claims; stoodBy = true; j = NONE
+        :: true ->
+            claimNext(j);
+            if
+            :: j != NONE -> running++
+            :: else -> skip
+            fi
+        fi;
+        planWorkers();
+        checkInvariants()
+    };
+    if
+    :: stoodBy -> stoodBy = false; run Worker(true)
+    :: else -> skip
+    fi;
     do
     :: j == NONE -> break
     :: j != NONE ->
@@ -345,6 +383,17 @@ proctype Worker() {
             :: callbacks ->
                 /* The finished job has callbacks (`actions.hasDeliveries`): claim nothing now. */
                 j = NONE
+            :: running > 1 ->
+                /* _workersOutpaceJobsLocked: more workers run than the jobs need (a matter of
+                 * time, so at any moment while another runs). This one leaves, and stands by
+                 * unless a helper already does. */
+                callbacks = false;
+                j = NONE;
+                running--;
+                if
+                :: standby == 0 -> standby++; sentClaims = claims; stoodBy = true
+                :: else -> skip
+                fi
             :: true ->
                 callbacks = false;
                 claimNext(j);
@@ -353,11 +402,19 @@ proctype Worker() {
                 :: j == NONE && waits == 0 && executing >= limit && readyCount > 0 && limit > 0 ->
                     waiting++; idle++; waits = 1
                 :: else -> skip
+                fi;
+                if
+                :: j == NONE && waits != 1 -> running--    /* leaves */
+                :: else -> skip
                 fi
             fi;
             planWorkers();
             checkInvariants()
         };
+        if
+        :: stoodBy -> stoodBy = false; run Worker(true)
+        :: else -> skip
+        fi;
         /* The callbacks, outside the lock. The worst case: a completion block that waits until
          * every job has finished (its dependents, the next job of the queue). Had the worker
          * claimed a job first, that job could never run and spin would report the deadlock. */
@@ -365,14 +422,32 @@ proctype Worker() {
         :: callbacks ->
             (state[0] == FINISHED && state[1] == FINISHED && state[2] == FINISHED);
             /* _claimAfterCallbacks */
-            atomic { callbacks = false; claimNext(j); planWorkers(); checkInvariants() }
+            atomic {
+                callbacks = false;
+                claimNext(j);
+                if
+                :: j == NONE -> running--    /* leaves */
+                :: else -> skip
+                fi;
+                planWorkers();
+                checkInvariants()
+            }
         :: else -> skip
         fi;
         /* _waitForSlot: the wait is bounded, so the worker may go on at any moment, whether or
          * not a slot has freed; it then claims (and hands the baton) or gives up (and re-plans). */
         if
         :: waits == 1 ->
-            atomic { waiting--; idle--; waits = 2; claimNext(j); planWorkers(); checkInvariants() }
+            atomic {
+                waiting--; idle--; waits = 2;
+                claimNext(j);
+                if
+                :: j == NONE -> running--    /* leaves: the budget is spent */
+                :: else -> skip
+                fi;
+                planWorkers();
+                checkInvariants()
+            }
         :: else -> skip
         fi
     od
