@@ -12,7 +12,7 @@ import Synchronization
 // The handshake. `_admitsWithoutLock` says a push may skip the lock: while it is true, some thread
 // is bound to take the lock for this queue and plan its workers, which admits what was pushed. It is
 // true while the queue has unsettled jobs and is suspended, or has no free slot, or has a worker
-// dispatched that has not run yet, or has a helper standing by (sent again within `helperStandby`)
+// dispatched that has not run yet, or has a helper standing by (sent again when its timer fires)
 // while a worker runs; each of these ends only in a section that touches the queue and so plans
 // its workers (`_shouldStartWorkerLocked(_:)`), which recomputes the flag. A pusher pushes,
 // then reads the flag; a section turning the flag off stores it, then reads the stack. Both use

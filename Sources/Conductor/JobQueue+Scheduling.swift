@@ -280,23 +280,31 @@ extension JobQueue {
     static let helperPace: UInt64 = 1_000
 
     /// How long a helper that found the running workers keeping pace stands by before it checks
-    /// again. When every running worker gets stuck in a long job, a ready job waits at most about
-    /// twice this for the helper to join (given a Dispatch thread to run it).
+    /// again (at least: Dispatch may fire the timer up to about 1 ms late). When every running
+    /// worker gets stuck in a long job, a ready job waits for the helper to join for two stand-by
+    /// periods at most (given a Dispatch thread to run it).
     static let helperStandby: UInt64 = 500_000
 
-    /// How many claims apart a worker checks, while more than one runs, whether the jobs need them
-    /// all (`_workersOutpaceJobsLocked`).
+    /// How many of its own claims apart a worker checks, while others run, whether they could do
+    /// without it (`_othersKeepPaceLocked`).
     static let paceWindow: UInt64 = 256
 
-    /// Whether the running workers claimed at least one job per `helperPace` per worker since the
-    /// last check; starts the next interval. Reads the clock (once per `paceWindow` claims).
-    private func _workersOutpaceJobsLocked() -> Bool {
+    /// Whether the other running workers, without the calling one, claimed at least one job per
+    /// `helperPace` each over the caller's `window`; starts a new window. Reads the clock only while
+    /// others run. Counting only the others' claims keeps a fast worker from leaving while the
+    /// others are stuck in long jobs.
+    private func _othersKeepPaceLocked(_ window: inout _PaceWindow) -> Bool {
+        guard _runningWorkers > 1 else {
+            // Alone: nothing to compare. The next window starts at an older time, so its first
+            // check, if others run by then, errs toward staying.
+            window = _PaceWindow(start: window.start, claims: _claims, own: 0)
+            return false
+        }
         let now = _PreciseClock.now()
-        let claims = _claims &- _paceClaims
-        let elapsed = now &- _paceSince
-        _paceSince = now
-        _paceClaims = _claims
-        return elapsed &* UInt64(_runningWorkers) < claims &* JobQueue.helperPace
+        let others = (_claims &- window.claims) &- window.own
+        let elapsed = now > window.start ? now - window.start : 0
+        window = _PaceWindow(start: now, claims: _claims, own: 0)
+        return others > 0 && elapsed &* UInt64(_runningWorkers - 1) < others &* JobQueue.helperPace
     }
 
     /// Counts the calling worker as the helper standing by from `now`; returns where to send it.
@@ -368,17 +376,18 @@ extension JobQueue {
             _idleWorkers -= 1
         }
         if _helperShouldStandByLocked(now: now, &actions) {
-            standbyTarget = _standByLocked(now: now)
+            // Unless one already stands by (sent while this one was): it will check, and this one
+            // leaves.
+            if _standbyWorkers == 0 {
+                standbyTarget = _standByLocked(now: now)
+            }
         } else {
             next = _claimNextLocked(&actions)
             if next != nil {
                 _runningWorkers += 1
-                if _runningWorkers == 2 {
-                    _paceSince = now
-                    _paceClaims = _claims
-                }
             }
         }
+        var window = _PaceWindow(start: now, claims: _claims, own: 0)
         // Hand the baton: if more work and slots remain, the next worker starts while this one works.
         actions.touch(self)
         actions.planWorkersLocked()
@@ -432,15 +441,13 @@ extension JobQueue {
                 // is planned for below, so another worker can run that job meanwhile.
                 next = nil
                 claimAfterCallbacks = true
-            } else if _runningWorkers > 1 && _claims &- _paceClaims >= JobQueue.paceWindow
-                && _workersOutpaceJobsLocked()
-            {
-                // More workers run than the jobs need: this one leaves, and stands by unless
+            } else if window.own >= JobQueue.paceWindow && _othersKeepPaceLocked(&window) {
+                // The others keep pace without this worker: it leaves, and stands by unless
                 // another helper already does.
                 next = nil
                 _runningWorkers -= 1
                 if _standbyWorkers == 0 {
-                    standbyTarget = _standByLocked(now: _paceSince)
+                    standbyTarget = _standByLocked(now: window.start)
                 }
                 actions.touch(self)
             } else {
@@ -462,6 +469,9 @@ extension JobQueue {
                 next = _claimAfterCallbacks(generation: generation)
             } else if let waitFrom {
                 next = _waitForSlot(from: waitFrom, generation: generation, budget: &waitBudget)
+            }
+            if next != nil {
+                window.own &+= 1
             }
         }
         _ThreadContext.queue = previousQueue
@@ -626,4 +636,13 @@ extension JobQueue {
         // The caller holds its own reference, so this never frees the job under the lock.
         Unmanaged.passUnretained(job).release()
     }
+}
+
+/// A worker's interval for measuring whether the other workers keep pace without it: when it
+/// started (`_PreciseClock`), the queue's `_claims` then, and how many of those claims since were
+/// the worker's own.
+struct _PaceWindow {
+    var start: UInt64
+    var claims: UInt64
+    var own: UInt64
 }

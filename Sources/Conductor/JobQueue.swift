@@ -101,10 +101,6 @@ public final class JobQueue: @unchecked Sendable {
     /// of the interval over which it measures the running workers' pace.
     @exclusivity(unchecked) var _helperSentAt: UInt64 = 0
     @exclusivity(unchecked) var _helperSentClaims: UInt64 = 0
-    /// While more than one worker runs: the start of the interval over which the next worker to
-    /// claim measures their pace (`_PreciseClock`), and `_claims` then.
-    @exclusivity(unchecked) var _paceSince: UInt64 = 0
-    @exclusivity(unchecked) var _paceClaims: UInt64 = 0
 
     // MARK: Adding without the lock (see JobQueue+Admission.swift)
     /// Jobs `addJob(_:)` (a closure) pushed without the lock and not yet admitted, newest first:

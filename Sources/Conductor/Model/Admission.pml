@@ -72,6 +72,7 @@ inline admit() {
 
 /* _shouldStartWorkerLocked(_:), the handshake's locked side. Sets `start` to dispatch a worker. */
 inline plan(start) {
+    assert(standby <= 1);                     /* one helper stands by at most */
     start = false;
     do
     :: admit();
@@ -128,7 +129,10 @@ proctype Worker(bool fromStandby) {
      * since it was sent; finding them stuck, it joins. */
     if
     :: running > 0 && !suspended && executing < LIMIT && ready > 0 && claims != sentClaims ->
-       standby++; sentClaims = claims; stoodBy = true
+       if
+       :: standby == 0 -> standby++; sentClaims = claims; stoodBy = true
+       :: else -> skip                        /* one already stands by: this one leaves */
+       fi
     :: true ->
        claim(have);
        if

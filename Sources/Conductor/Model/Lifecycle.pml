@@ -333,7 +333,12 @@ proctype Worker(bool fromStandby) {
         fi;
         if
         :: running > 0 && executing < limit && readyCount > 0 && claims != sentClaims ->
-            standby++; sentClaims = claims; stoodBy = true; j = NONE
+            /* unless one already stands by: then this one leaves */
+            if
+            :: standby == 0 -> standby++; sentClaims = claims; stoodBy = true
+            :: else -> skip
+            fi;
+            j = NONE
         :: true ->
             claimNext(j);
             if
@@ -384,7 +389,7 @@ proctype Worker(bool fromStandby) {
                 /* The finished job has callbacks (`actions.hasDeliveries`): claim nothing now. */
                 j = NONE
             :: running > 1 ->
-                /* _workersOutpaceJobsLocked: more workers run than the jobs need (a matter of
+                /* _othersKeepPaceLocked: the others keep pace without this worker (a matter of
                  * time, so at any moment while another runs). This one leaves, and stands by
                  * unless a helper already does. */
                 callbacks = false;
