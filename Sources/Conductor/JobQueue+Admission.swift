@@ -23,9 +23,10 @@ import Synchronization
 // Consistency. Every section that reads or changes the queue's membership, counts or order admits
 // the pushed jobs first (`_admitPushedLocked`): every enqueue, a member becoming ready, changing
 // priority or leaving, every claim and queue-level call, and the diagnostics. So a pushed job is a
-// member, in push order, for everything that happens after its `addJob(_:)` returned. A pushed job's queue is active (on
-// `_activeQueues`): the flag is only on while the queue has unsettled jobs, and the section that
-// settles the last of them admits what was pushed before the count reaches zero.
+// member, in push order, for everything that happens after its `addJob(_:)` returned. A pushed
+// job's queue is active (on `_activeQueues`): the flag is only on while the queue has unsettled
+// jobs, and the section that settles the last of them admits what was pushed before the count
+// reaches zero.
 extension JobQueue {
     /// Pushes `job`, a `BlockJob` no one else has seen, without the engine lock. Returns whether
     /// it is done; if not, the caller must admit it under the lock.

@@ -302,14 +302,24 @@ extension JobQueue {
         }
         let now = _PreciseClock.now()
         let others = (_claims &- window.claims) &- window.own
-        let elapsed = now > window.start ? now - window.start : 0
+        let keepPace = JobQueue._keepPace(claims: others, from: window.start, to: now, workers: _runningWorkers - 1)
         window = _PaceWindow(start: now, claims: _claims, own: 0)
-        return others > 0 && elapsed &* UInt64(_runningWorkers - 1) < others &* JobQueue.helperPace
+        return keepPace
     }
 
-    /// Counts the calling worker as the helper standing by from `now`; returns where to send it.
-    private func _standByLocked(now: UInt64) -> DispatchQueue {
-        _standbyWorkers += 1
+    /// Whether `workers` workers that claimed `claims` jobs between `start` and `end` claimed at
+    /// least one per `helperPace` each. `start` may be later than `end` when it was read under the
+    /// lock and `end` before it: no time has passed then.
+    private static func _keepPace(claims: UInt64, from start: UInt64, to end: UInt64, workers: Int) -> Bool {
+        let elapsed = end > start ? end - start : 0
+        return claims > 0 && elapsed &* UInt64(workers) < claims &* helperPace
+    }
+
+    /// Counts the calling worker as the helper standing by from `now`, and returns where to send
+    /// it; or returns `nil` if a helper already stands by, which will check, and the caller leaves.
+    private func _standByLocked(now: UInt64) -> DispatchQueue? {
+        guard _standbyWorkers == 0 else { return nil }
+        _standbyWorkers = 1
         _helperSentAt = now
         _helperSentClaims = _claims
         return _dispatchTargetLocked
@@ -329,10 +339,9 @@ extension JobQueue {
     private func _helperShouldStandByLocked(now: UInt64, _ actions: inout _Actions) -> Bool {
         _admitPushedLocked(&actions)
         guard _runningWorkers > 0, !_isSuspended, _executing < _limit, _ready.count > 0 else { return false }
-        let claims = _claims &- _helperSentClaims
         // `now` was read before locking: another section may have restarted the interval since.
-        let elapsed = now > _helperSentAt ? now - _helperSentAt : 0
-        return claims > 0 && elapsed &* UInt64(_runningWorkers) < claims &* JobQueue.helperPace
+        return JobQueue._keepPace(
+            claims: _claims &- _helperSentClaims, from: _helperSentAt, to: now, workers: _runningWorkers)
     }
 
     var _dispatchTargetLocked: DispatchQueue {
@@ -376,11 +385,7 @@ extension JobQueue {
             _idleWorkers -= 1
         }
         if _helperShouldStandByLocked(now: now, &actions) {
-            // Unless one already stands by (sent while this one was): it will check, and this one
-            // leaves.
-            if _standbyWorkers == 0 {
-                standbyTarget = _standByLocked(now: now)
-            }
+            standbyTarget = _standByLocked(now: now)
         } else {
             next = _claimNextLocked(&actions)
             if next != nil {
@@ -446,9 +451,7 @@ extension JobQueue {
                 // another helper already does.
                 next = nil
                 _runningWorkers -= 1
-                if _standbyWorkers == 0 {
-                    standbyTarget = _standByLocked(now: window.start)
-                }
+                standbyTarget = _standByLocked(now: window.start)
                 actions.touch(self)
             } else {
                 next = _claimNextLocked(&actions)

@@ -279,9 +279,9 @@ public final class JobQueue: @unchecked Sendable {
     /// Adds a job that runs `block`.
     ///
     /// While the queue is busy (every slot taken, a worker about to run, a helper standing by, or
-    /// suspended), this takes no lock: the job is pushed with one compare-and-swap, and the queue admits it the next time
-    /// it is scheduled, before anything can observe the queue. It is a member, in the order added,
-    /// for everything that happens after this returns.
+    /// suspended), this takes no lock: the job is pushed with one compare-and-swap, and the queue
+    /// admits it the next time it is scheduled, before anything can observe the queue. It is a
+    /// member, in the order added, for everything that happens after this returns.
     ///
     /// - Complexity: O(1) amortized.
     public func addJob(_ block: @escaping @Sendable () -> Void) {
