@@ -54,15 +54,18 @@ extension JobQueue {
     /// section that reads or changes the queue's membership, counts or order.
     ///
     /// - Complexity: O(1) when nothing was pushed; O(1) per pushed job.
+    ///
+    /// - Parameter inLine: `false` only for jobs about to be cancelled in the same section: they
+    ///   become members but are not put in line, which would only take them out again.
     @inline(__always)
-    func _admitPushedLocked(_ actions: inout _Actions) {
+    func _admitPushedLocked(_ actions: inout _Actions, inLine: Bool = true) {
         if _pushed.load(ordering: .relaxed) != 0 {
-            _admitPushedJobsLocked(&actions)
+            _admitPushedJobsLocked(&actions, inLine: inLine)
         }
     }
 
     @inline(never)
-    private func _admitPushedJobsLocked(_ actions: inout _Actions) {
+    private func _admitPushedJobsLocked(_ actions: inout _Actions, inLine: Bool = true) {
         // The stack is newest first: reverse it, then admit oldest first.
         var node = Unmanaged<Job>._fromBits(_pushed.exchange(0, ordering: .acquiring))
         var oldestFirst: Unmanaged<Job>?
@@ -78,7 +81,7 @@ extension JobQueue {
             let job = current.takeUnretainedValue()
             oldestFirst = job._next
             job._next = nil
-            if let problem = _enqueueAfterPushedLocked(job, &actions) {
+            if let problem = _enqueueAfterPushedLocked(job, inLine: inLine, &actions) {
                 _trap("Conductor: a job added without the lock could not be admitted: \(problem)")
             }
             // The membership list took its own retain: this releases the stack's, never the last.

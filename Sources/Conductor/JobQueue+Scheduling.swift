@@ -30,7 +30,7 @@ extension JobQueue {
     }
 
     /// `_enqueueLocked` without admitting the pushed jobs first: for admitting them, oldest first.
-    func _enqueueAfterPushedLocked(_ job: Job, _ actions: inout _Actions) -> String? {
+    func _enqueueAfterPushedLocked(_ job: Job, inLine: Bool = true, _ actions: inout _Actions) -> String? {
         if let owner = job._queue?.takeUnretainedValue() {
             return owner === self
                 ? "'\(job._describeLocked)' is already on this queue ('\(_displayNameLocked)'); a job is added once"
@@ -53,7 +53,7 @@ extension JobQueue {
             epoch.held.append(job)
             _heldCount += 1
         } else {
-            _admitLocked(job, &actions)
+            _admitLocked(job, inLine: inLine, &actions)
         }
         if let extras = job._extras, !extras.generatedDependencies.isEmpty {
             _enqueueGeneratedDependenciesLocked(of: job, extras, &actions)
@@ -61,17 +61,20 @@ extension JobQueue {
         return nil
     }
 
-    /// Counts `job` in the current epoch and, if it is ready, puts it in line; if only its
-    /// conditions hold it back, starts their evaluation.
-    func _admitLocked(_ job: Job, _ actions: inout _Actions) {
+    /// Counts `job` in the current epoch and, if it is ready, puts it in line (unless `inLine` is
+    /// `false`: a job the same section cancels); if only its conditions hold it back, starts
+    /// their evaluation.
+    func _admitLocked(_ job: Job, inLine: Bool = true, _ actions: inout _Actions) {
         job._admitted = true
         _activeUnfinished += 1
         if job._state == .ready {
             if job._lifecycle.readyPostDue() {
                 job._postLocked(.ready, &actions)
             }
-            _ready.push(job)
-            actions.touch(self)
+            if inLine {
+                _ready.push(job)
+                actions.touch(self)
+            }
         } else if job._lifecycle.waits.conditions != 0 && job._lifecycle.waits.dependencies == 0 {
             job._conditionsDueLocked(&actions)
         }

@@ -367,8 +367,11 @@ public final class JobQueue: @unchecked Sendable {
     func _cancelAllJobs(reason: CancellationReason) {
         var actions = _Actions()
         engineLock.lock()
-        _admitPushedLocked(&actions)
+        // The pushed jobs are fresh `BlockJob`s, ready, with nothing that could refuse the
+        // cancellation below: members now, but not put in line only to be taken out again.
+        _admitPushedLocked(&actions, inLine: false)
         let members = _membersLocked()
+        actions.reserveReleasedBlocks(members.count)
         // Only the jobs this loop cancelled, and only those whose class may override `cancel()`: a
         // member the cascade of another member's cancellation reached first has its override run by
         // `perform()` already. Queues of closures collect nothing here.
@@ -376,6 +379,12 @@ public final class JobQueue: @unchecked Sendable {
         for job in members where job._cancelLocked(reason, &actions) && job._mayOverrideCancel {
             cancelledHere.append(job)
         }
+        #if CONDUCTOR_INVARIANTS
+            // No member was left ready but out of line: it would never run.
+            for job in members where job._state == .ready && job._admitted {
+                _require(job._isInLine, "cancelAllJobs left '\(job._describeLocked)' ready and out of line")
+            }
+        #endif
         actions.touch(self)
         actions.planWorkersLocked()
         engineLock.unlock()

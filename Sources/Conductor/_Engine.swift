@@ -206,6 +206,12 @@ struct _Actions {
         }
     }
 
+    /// Makes room for `count` more blocks kept by `releaseAfterUnlocking(block:)`: for cancelling
+    /// many jobs at once, whose list would otherwise grow by copying, again and again.
+    mutating func reserveReleasedBlocks(_ count: Int) {
+        more.releasedBlocks.reserveCapacity(more.releasedBlocks.count + count)
+    }
+
     /// Releases the queue's self-retain after unlocking.
     mutating func releaseSelfRetainAfterUnlocking(of queue: JobQueue) {
         more.releasedQueues.append(queue)

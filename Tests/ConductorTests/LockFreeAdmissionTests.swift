@@ -55,6 +55,38 @@ import Testing
     }
 
     @Test(
+        "cancelAllJobs cancels the closures not yet admitted, behind a barrier too; later closures run",
+        .timeLimit(.minutes(1)))
+    func cancelAllCancelsPushedJobs() async {
+        let queue = JobQueue(name: "cancel-pushed")
+        queue.isSuspended = true
+        let ran = Counter()
+        let barrierRan = Counter()
+        queue.addJob { ran.increment() }  // Idle queue: admitted under the lock.
+        for _ in 0..<99 {
+            queue.addJob { ran.increment() }
+        }
+        queue.addBarrierBlock { barrierRan.increment() }
+        for _ in 0..<100 {
+            queue.addJob { ran.increment() }  // Held behind the barrier once admitted.
+        }
+        #expect(queue._hasPushedJobs)
+        // Admits the pushed closures (not put in line) and cancels them in the same section.
+        queue.cancelAllJobs()
+        #expect(!queue._hasPushedJobs)
+        // Every closure was cancelled: only the barrier, which keeps its place, is left.
+        #expect(queue.jobCount == 1)
+
+        queue.addJob { ran.increment() }
+        queue.addJob { ran.increment() }
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(ran.value == 2)
+        #expect(barrierRan.value == 0)
+        #expect(queue.jobCount == 0)
+    }
+
+    @Test(
         "pushed closures keep their place among jobs added under the lock, a barrier and a batch",
         .timeLimit(.minutes(1)))
     func pushedJobsKeepTheirPlace() async {
