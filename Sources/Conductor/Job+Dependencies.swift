@@ -119,10 +119,10 @@ extension Job {
             return set.contains(ObjectIdentifier(job))
         }
         if _dependencies.count < 16 {
-            return _dependencies.contains { $0 === job }
+            return _dependencies.containsIdentical(job)
         }
         if job._state != .finished && job._dependents.count < 16 {
-            return job._dependents.contains { $0 === self }
+            return job._dependents.containsIdentical(self)
         }
         let set = Set(_dependencies.lazy.map { ObjectIdentifier($0) })
         _extrasLocked.dependencySet = set

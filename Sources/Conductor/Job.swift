@@ -528,13 +528,10 @@ open class Job: @unchecked Sendable {
         }
 
         let outcome = _lifecycle.outcome!
-        switch _dependents {
-        case .empty: break
-        case .one(let dependent): dependent._dependencyFinishedLocked(self, outcome, &actions)
-        case .many(let dependents):
-            for dependent in dependents {
-                dependent._dependencyFinishedLocked(self, outcome, &actions)
-            }
+        // A copy, which keeps the dependents alive while they are visited unretained.
+        let dependents = _dependents
+        dependents.forEachUnretained { dependent in
+            dependent._dependencyFinishedLocked(self, outcome, &actions)
         }
         // Drop the edges, but release the jobs after unlocking: a job freed here would run its
         // deinit (and its captures' deinits) under the lock.

@@ -61,12 +61,53 @@ enum _JobList: RandomAccessCollection {
         case .empty:
             self = .one(job)
         case .one(let first):
-            self = .many([first, job])
+            // Room for four: a job of a graph often has three or four edges on a side, and the
+            // array would otherwise be copied to grow at the third.
+            var jobs: [Job] = []
+            jobs.reserveCapacity(4)
+            jobs.append(first)
+            jobs.append(job)
+            self = .many(jobs)
         case .many(var jobs):
             // Leave `self` empty meanwhile, so that `jobs` is uniquely referenced and grows in place.
             self = .empty
             jobs.append(job)
             self = .many(jobs)
+        }
+    }
+
+    /// Whether `job` itself is in the list, compared by identity, without retaining anything.
+    ///
+    /// - Complexity: O(count).
+    @inline(__always)
+    func containsIdentical(_ job: Job) -> Bool {
+        var found = false
+        forEachUnretained { element in
+            if element === job { found = true }
+        }
+        return found
+    }
+
+    /// Calls `body` with each job in order, without retaining or releasing them: the list copy this
+    /// is called on keeps them alive (a change to the list it was copied from makes a new buffer).
+    /// For the engine's hot loops, where each retain is an atomic operation on another job's
+    /// cache line.
+    @inline(__always)
+    func forEachUnretained(_ body: (Job) -> Void) {
+        switch self {
+        case .empty:
+            return
+        case .one(let job):
+            body(job)
+        case .many(let jobs):
+            jobs.withUnsafeBufferPointer { buffer in
+                // A class reference and `Unmanaged` of it have the same layout.
+                buffer.withMemoryRebound(to: Unmanaged<Job>.self) { references in
+                    for reference in references {
+                        reference._withUnsafeGuaranteedRef(body)
+                    }
+                }
+            }
         }
     }
 
