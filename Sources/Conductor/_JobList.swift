@@ -57,20 +57,21 @@ enum _JobList: RandomAccessCollection {
 
     /// - Complexity: O(1) amortized.
     mutating func append(_ job: Job) {
-        switch self {
+        // `consume`: the payload moves out, so the array is uniquely referenced and grows in place,
+        // with no retain and release of it (or of a single job) around the change.
+        switch consume self {
         case .empty:
             self = .one(job)
         case .one(let first):
             // Room for four: a job of a graph often has three or four edges on a side, and the
             // array would otherwise be copied to grow at the third.
-            var jobs: [Job] = []
-            jobs.reserveCapacity(4)
-            jobs.append(first)
-            jobs.append(job)
-            self = .many(jobs)
+            self = .many(
+                Array(unsafeUninitializedCapacity: 4) { buffer, count in
+                    buffer.initializeElement(at: 0, to: first)
+                    buffer.initializeElement(at: 1, to: job)
+                    count = 2
+                })
         case .many(var jobs):
-            // Leave `self` empty meanwhile, so that `jobs` is uniquely referenced and grows in place.
-            self = .empty
             jobs.append(job)
             self = .many(jobs)
         }
