@@ -207,8 +207,10 @@ struct _Actions {
     }
 
     /// Makes room for `count` more blocks kept by `releaseAfterUnlocking(block:)`: for cancelling
-    /// many jobs at once, whose list would otherwise grow by copying, again and again.
+    /// many jobs at once, whose list would otherwise grow by copying, again and again. The first
+    /// block has an inline slot, so for one job or none this allocates nothing.
     mutating func reserveReleasedBlocks(_ count: Int) {
+        guard count > 1 else { return }
         more.releasedBlocks.reserveCapacity(more.releasedBlocks.count + count)
     }
 
