@@ -146,6 +146,34 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(log.values == ["b", "c", "a", "e", "d"])
     }
 
+    /// The ready line's ring starts with 16 slots. Ten jobs run first, so the next ones start at
+    /// slot 10, wrap past the end, and the seventeenth makes the ring grow while wrapped, with a
+    /// stale entry (a job re-prioritized) and a cancelled one among them. The order must survive.
+    @Test func orderSurvivesTheReadyLineWrappingAndGrowing() async {
+        let queue = JobQueue(name: "wrap", maxConcurrentJobCount: 1)
+        let log = Log<String>()
+        queue.isSuspended = true
+        for index in 0..<10 {
+            queue.addJob(recordingJob("a\(index)", log))
+        }
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+
+        queue.isSuspended = true
+        let jobs = (0..<17).map { recordingJob("b\($0)", log) }
+        for job in jobs {
+            queue.addJob(job)
+        }
+        jobs[3].queuePriority = .high
+        jobs[5].cancel()
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+
+        let expected =
+            (0..<10).map { "a\($0)" } + ["b3"] + (0..<17).filter { $0 != 3 && $0 != 5 }.map { "b\($0)" }
+        #expect(log.values == expected)
+    }
+
     @Test func fifoFollowsTheOrderJobsBecameReady() async throws {
         let queue = JobQueue(name: "ready-order", maxConcurrentJobCount: 1)
         let parking = JobQueue(name: "parking")
