@@ -514,6 +514,10 @@ extension JobQueue {
     /// slot, so an idle queue never spins.
     static let slotWaitBudget = 64
 
+    /// From how many dependents on a finishing job the ready line is grown once for all of them
+    /// (`Job._reserveLineLocked(forDependents:)`), rather than as they are released.
+    static let reserveForDependents = 64
+
     /// Whether a worker should wait for a slot: ready work waits only because every slot is taken.
     ///
     /// Not with an `underlyingQueue`: it may be serial, and then the `finish()` that would free a

@@ -63,7 +63,22 @@ struct _FIFO<Element> {
     }
 
     private mutating func grow() {
-        let newCapacity = Swift.max(16, slots.count * 2)
+        grow(to: Swift.max(16, slots.count * 2))
+    }
+
+    /// Makes room for `additional` more elements with at most one reallocation.
+    ///
+    /// - Complexity: O(count) when it reallocates.
+    mutating func reserve(_ additional: Int) {
+        guard count + additional > slots.count else { return }
+        var capacity = Swift.max(16, slots.count)
+        while capacity < count + additional {
+            capacity *= 2
+        }
+        grow(to: capacity)
+    }
+
+    private mutating func grow(to newCapacity: Int) {
         var newSlots = ContiguousArray<Element?>(repeating: nil, count: newCapacity)
         for offset in 0..<count {
             newSlots[offset] = slots[(head + offset) & (slots.count - 1)].take()
@@ -104,6 +119,13 @@ struct _ReadyQueue {
         job._readyTicket = ticket
         buckets[job._priority.bucket].append(Entry(job: job, ticket: ticket))
         count += 1
+    }
+
+    /// Makes room for `additional` more jobs at priority `level` (a bucket index).
+    ///
+    /// - Complexity: O(jobs at that level) when it reallocates.
+    mutating func reserve(_ additional: Int, level: Int) {
+        buckets[level].reserve(additional)
     }
 
     /// Removes and returns the highest-priority, earliest-arrived live job.

@@ -306,6 +306,46 @@ struct DependencyTests {
         #expect(weakDependents.allSatisfy { $0.object == nil })
     }
 
+    /// A job with many dependents makes room in the first one's ready line before releasing them
+    /// (`Job._reserveLineLocked`). The guess must not change the order, for dependents on another
+    /// queue or at another priority either.
+    @Test("a fan-out of 200 enters the ready lines in order, by priority, across two queues")
+    func fanOutOrder() async throws {
+        let first = JobQueue(name: "first", maxConcurrentJobCount: 1)
+        let second = JobQueue(name: "second", maxConcurrentJobCount: 1)
+        let violations = Counter()
+        let (firstOrder, secondOrder) = (Log<String>(), Log<String>())
+        let root = BlockJob {}
+        var expectedHigh: [String] = []
+        var expectedNormal: [String] = []
+        var expectedSecond: [String] = []
+        for index in 0..<200 {
+            let onSecond = index % 3 == 1
+            let name = "d\(index)"
+            let dependent = CheckedJob(name, violations: violations, order: onSecond ? secondOrder : firstOrder)
+            try dependent.addDependency(root)
+            dependent.mustFollow = [root]
+            if onSecond {
+                expectedSecond.append(name)
+                second.addJob(dependent)
+            } else {
+                if index % 5 == 4 {
+                    dependent.queuePriority = .high
+                    expectedHigh.append(name)
+                } else {
+                    expectedNormal.append(name)
+                }
+                first.addJob(dependent)
+            }
+        }
+        first.addJob(root)
+        await first.waitUntilAllJobsAreFinished()
+        await second.waitUntilAllJobsAreFinished()
+        #expect(violations.value == 0)
+        #expect(firstOrder.values == expectedHigh + expectedNormal)
+        #expect(secondOrder.values == expectedSecond)
+    }
+
     @Test("cancelling an unstarted job releases its dependents, which see it as cancelled")
     func cancelReleasesDependents() async throws {
         let blocker = Job()  // never runs
