@@ -96,6 +96,11 @@ struct _FIFO<Element> {
 /// are compacted, so garbage stays proportional to live work; when no live entry is left they are
 /// dropped at once, so an idle queue holds no finished job.
 ///
+/// A job that enters an empty line takes the front slot instead of its level's ring, and a pop takes
+/// it from there. The front holds the only entry of the line: the next push first moves it to its
+/// ring, where its arrival puts it, at the head. A queue that holds one ready job at a time (a chain,
+/// or a queue that keeps up with its work) then never touches the rings.
+///
 /// All members must be used with `engineLock` held.
 struct _ReadyQueue {
     struct Entry {
@@ -104,6 +109,12 @@ struct _ReadyQueue {
     }
 
     private var buckets: [_FIFO<Entry>] = Array(repeating: _FIFO(), count: JobPriority.allCases.count)
+    /// The front slot's job: when `frontTicket` is not 0, the line's only entry (live, or stale if
+    /// it was just removed). Kept as two fields, not an `Entry?`, so that checking and taking it are
+    /// plain loads and stores.
+    private var frontJob: Job?
+    /// The front slot's ticket; 0 when the slot is empty.
+    private var frontTicket: UInt64 = 0
     /// Live entries.
     private(set) var count = 0
     private var staleCount = 0
@@ -117,8 +128,33 @@ struct _ReadyQueue {
         let ticket = nextTicket
         nextTicket += 1
         job._readyTicket = ticket
-        buckets[job._priority.bucket].append(Entry(job: job, ticket: ticket))
+        if count == 0 {
+            // An empty line holds no entry at all: stale ones are dropped when the last live one
+            // leaves, and that drops a stale front too.
+            #if CONDUCTOR_INVARIANTS
+                _require(frontTicket == 0, "Conductor: an empty ready line still holds its front entry")
+            #endif
+            frontJob = job
+            frontTicket = ticket
+        } else {
+            if frontTicket != 0 {
+                moveFrontToItsRing()
+            }
+            buckets[job._priority.bucket].append(Entry(job: job, ticket: ticket))
+        }
         count += 1
+    }
+
+    /// Moves the front entry, the line's only one, to its level's ring, which is empty.
+    @inline(never)
+    private mutating func moveFrontToItsRing() {
+        let job = frontJob.take().unsafelyUnwrapped
+        let level = job._priority.bucket
+        #if CONDUCTOR_INVARIANTS
+            _require(buckets[level].isEmpty, "Conductor: the ready line's front entry is not its only one")
+        #endif
+        buckets[level].append(Entry(job: job, ticket: frontTicket))
+        frontTicket = 0
     }
 
     /// Makes room for `additional` more jobs at priority `level` (a bucket index).
@@ -136,6 +172,14 @@ struct _ReadyQueue {
     /// - Complexity: O(1) amortized (stale entries are each skipped once).
     mutating func popFirst(_ actions: inout _Actions) -> Job? {
         guard count > 0 else { return nil }
+        if frontTicket != 0 {
+            // The only entry, and live: a stale front leaves the line empty, which drops it.
+            frontTicket = 0
+            let job = frontJob.take().unsafelyUnwrapped
+            job._readyTicket = 0
+            count = 0
+            return job
+        }
         var index = 0
         while index < buckets.count {
             if let entry = buckets[index].popFirst() {
@@ -161,6 +205,9 @@ struct _ReadyQueue {
     /// - Complexity: O(stale entries before it).
     func peekFirst() -> Job? {
         guard count > 0 else { return nil }
+        if frontTicket != 0 {
+            return frontJob
+        }
         for bucket in buckets {
             if let entry = bucket.first(where: { $0.job._readyTicket == $0.ticket }) {
                 return entry.job
@@ -196,6 +243,11 @@ struct _ReadyQueue {
                 if stale { dropped.append(entry.job) }
                 return stale
             }
+        }
+        if frontTicket != 0, let job = frontJob, job._readyTicket != frontTicket {
+            dropped.append(job)
+            frontJob = nil
+            frontTicket = 0
         }
         staleCount = 0
         actions.release(dropped)

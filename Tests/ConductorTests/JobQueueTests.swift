@@ -149,6 +149,8 @@ private let specificKey = DispatchSpecificKey<String>()
     /// The ready line's ring starts with 16 slots. Ten jobs run first, so the next ones start at
     /// slot 10, wrap past the end, and the seventeenth makes the ring grow while wrapped, with a
     /// stale entry (a job re-prioritized) and a cancelled one among them. The order must survive.
+    /// (The first job of each burst waits in the line's front slot until the second arrives, and
+    /// then moves to the ring, where it would have been.)
     @Test func orderSurvivesTheReadyLineWrappingAndGrowing() async {
         let queue = JobQueue(name: "wrap", maxConcurrentJobCount: 1)
         let log = Log<String>()
@@ -172,6 +174,44 @@ private let specificKey = DispatchSpecificKey<String>()
         let expected =
             (0..<10).map { "a\($0)" } + ["b3"] + (0..<17).filter { $0 != 3 && $0 != 5 }.map { "b\($0)" }
         #expect(log.values == expected)
+    }
+
+    /// The job that entered an empty line (in its front slot) runs before the jobs that came after
+    /// it at its own priority or lower, but after those that came after it at a higher one; and
+    /// once it is out of line (re-prioritized or cancelled), it no longer holds the front.
+    @Test func jobAtTheFrontOfAnEmptyLineKeepsPriorityOrder() async {
+        let queue = JobQueue(name: "front", maxConcurrentJobCount: 1)
+        let log = Log<String>()
+        queue.isSuspended = true
+        queue.addJob(recordingJob("first", log, priority: .low))
+        queue.addJob(recordingJob("same-level", log, priority: .low))
+        queue.addJob(recordingJob("higher", log, priority: .high))
+        queue.addJob(recordingJob("lower", log, priority: .veryLow))
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(log.values == ["higher", "first", "same-level", "lower"])
+
+        let movedLog = Log<String>()
+        queue.isSuspended = true
+        let moved = recordingJob("moved", movedLog)
+        queue.addJob(moved)
+        moved.queuePriority = .low  // out of the front slot, to the back of the low level
+        queue.addJob(recordingJob("next", movedLog))
+        queue.addJob(recordingJob("behind", movedLog, priority: .low))
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(movedLog.values == ["next", "moved", "behind"])
+
+        let cancelledLog = Log<String>()
+        queue.isSuspended = true
+        let cancelled = recordingJob("cancelled", cancelledLog)
+        queue.addJob(cancelled)
+        cancelled.cancel()  // the line's only entry leaves it
+        queue.addJob(recordingJob("after", cancelledLog))
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(cancelledLog.values == ["after"])
+        #expect(cancelled.isCancelled)
     }
 
     @Test func fifoFollowsTheOrderJobsBecameReady() async throws {
