@@ -20,12 +20,21 @@ package enum _DependencyGraph {
     ///   the last for the first. Nothing is changed when a cycle is returned.
     /// - Complexity: O(1) when `dependency` is already ordered first; otherwise O(E log E) in the
     ///   jobs and edges of the affected region.
+    @inline(__always)
     static func orderLocked(_ dependency: Job, before dependent: Job) -> [Job]? {
-        let lowerBound = dependent._order
-        let upperBound = dependency._order
-        if upperBound < lowerBound {
+        // The common case, a dependency created (or ordered) first, is one comparison, inlined
+        // into `addDependency`; only an edge against the order calls the search.
+        if dependency._order < dependent._order {
             return nil
         }
+        return reorderLocked(dependency, before: dependent)
+    }
+
+    /// `orderLocked` when `dependency` is not ordered first: the Pearce–Kelly search.
+    @inline(never)
+    private static func reorderLocked(_ dependency: Job, before dependent: Job) -> [Job]? {
+        let lowerBound = dependent._order
+        let upperBound = dependency._order
 
         // Forward: jobs that (transitively) wait for `dependent`, within the region.
         var forward: [Job] = []
