@@ -109,12 +109,10 @@ struct _ReadyQueue {
     }
 
     private var buckets: [_FIFO<Entry>] = Array(repeating: _FIFO(), count: JobPriority.allCases.count)
-    /// The front slot's job: when `frontTicket` is not 0, the line's only entry (live, or stale if
-    /// it was just removed). Kept as two fields, not an `Entry?`, so that checking and taking it are
-    /// plain loads and stores.
+    /// The front slot: when not `nil`, the line's only entry. It needs no ticket of its own: it is
+    /// live (its job's `_readyTicket` is its ticket) while `count` is 1, and stale once `count` is 0,
+    /// which is when the compaction that follows a removal drops it.
     private var frontJob: Job?
-    /// The front slot's ticket; 0 when the slot is empty.
-    private var frontTicket: UInt64 = 0
     /// Live entries.
     private(set) var count = 0
     private var staleCount = 0
@@ -132,12 +130,11 @@ struct _ReadyQueue {
             // An empty line holds no entry at all: stale ones are dropped when the last live one
             // leaves, and that drops a stale front too.
             #if CONDUCTOR_INVARIANTS
-                _require(frontTicket == 0, "Conductor: an empty ready line still holds its front entry")
+                _require(frontJob == nil, "Conductor: an empty ready line still holds its front entry")
             #endif
             frontJob = job
-            frontTicket = ticket
         } else {
-            if frontTicket != 0 {
+            if frontJob != nil {
                 moveFrontToItsRing()
             }
             buckets[job._priority.bucket].append(Entry(job: job, ticket: ticket))
@@ -153,8 +150,7 @@ struct _ReadyQueue {
         #if CONDUCTOR_INVARIANTS
             _require(buckets[level].isEmpty, "Conductor: the ready line's front entry is not its only one")
         #endif
-        buckets[level].append(Entry(job: job, ticket: frontTicket))
-        frontTicket = 0
+        buckets[level].append(Entry(job: job, ticket: job._readyTicket))
     }
 
     /// Makes room for `additional` more jobs at priority `level` (a bucket index).
@@ -172,9 +168,8 @@ struct _ReadyQueue {
     /// - Complexity: O(1) amortized (stale entries are each skipped once).
     mutating func popFirst(_ actions: inout _Actions) -> Job? {
         guard count > 0 else { return nil }
-        if frontTicket != 0 {
+        if frontJob != nil {
             // The only entry, and live: a stale front leaves the line empty, which drops it.
-            frontTicket = 0
             let job = frontJob.take().unsafelyUnwrapped
             job._readyTicket = 0
             count = 0
@@ -205,7 +200,7 @@ struct _ReadyQueue {
     /// - Complexity: O(stale entries before it).
     func peekFirst() -> Job? {
         guard count > 0 else { return nil }
-        if frontTicket != 0 {
+        if let frontJob {
             return frontJob
         }
         for bucket in buckets {
@@ -244,10 +239,8 @@ struct _ReadyQueue {
                 return stale
             }
         }
-        if frontTicket != 0, let job = frontJob, job._readyTicket != frontTicket {
-            dropped.append(job)
-            frontJob = nil
-            frontTicket = 0
+        if count == 0, let job = frontJob.take() {
+            dropped.append(job)  // stale: a live front would be counted
         }
         staleCount = 0
         actions.release(dropped)
