@@ -29,19 +29,19 @@
 ///   group holds its slot and categories could deadlock.
 public final class GroupJob: Job, @unchecked Sendable {
     // @unchecked Sendable: `children` is a JobQueue (itself Sendable); `unfinished`, `failures` and
-    // `isSealed` are guarded by `engineLock`.
+    // `isSealed` are guarded by `engineLock`, and so `@exclusivity(unchecked)`, like `Job`'s own.
 
     /// The queue the children run on, suspended until the group starts.
     private let children: JobQueue
-    private var unfinished = 0
-    private var failures: [(job: String, error: any Error)] = []
-    private var didExecute = false
+    @exclusivity(unchecked) private var unfinished = 0
+    @exclusivity(unchecked) private var failures: [(job: String, error: any Error)] = []
+    @exclusivity(unchecked) private var didExecute = false
     /// Set when the group was refused its exclusivity categories (`Job._refuseToRun`): children
     /// added from then on are cancelled, as for a cancelled group.
-    private var isRefused = false
+    @exclusivity(unchecked) private var isRefused = false
     /// Set, in the critical section that finds every child finished after the group executed: the
     /// group is finishing, and takes no more children.
-    private var isSealed = false
+    @exclusivity(unchecked) private var isSealed = false
 
     /// Creates a group whose children run at most `maxConcurrentJobCount` at a time, starting with
     /// `jobs`.

@@ -7,55 +7,56 @@ public struct JobObserverToken: Hashable, Sendable {
 
 /// A job's rarely used state: observers, completion block, waiters and undelivered events.
 /// Allocated on first use, so a job that nobody observes pays one pointer for all of it.
-// @unchecked Sendable: every stored property is guarded by `engineLock`.
+// @unchecked Sendable: every stored property is guarded by `engineLock`. For the same reason they
+// are `@exclusivity(unchecked)`, like `Job`'s own (see Docs/Design.md, "Costs the hot path avoids").
 final class _JobExtras: @unchecked Sendable {
-    var observers: [(token: JobObserverToken, handler: @Sendable (JobEvent) -> Void)] = []
-    var nextObserverID: UInt64 = 1
-    var completionBlock: (@Sendable () -> Void)?
-    var waiters: [_Waiter] = []
+    @exclusivity(unchecked) var observers: [(token: JobObserverToken, handler: @Sendable (JobEvent) -> Void)] = []
+    @exclusivity(unchecked) var nextObserverID: UInt64 = 1
+    @exclusivity(unchecked) var completionBlock: (@Sendable () -> Void)?
+    @exclusivity(unchecked) var waiters: [_Waiter] = []
     /// Events posted but not yet delivered, oldest first.
-    var pendingEvents: [JobEvent] = []
+    @exclusivity(unchecked) var pendingEvents: [JobEvent] = []
     /// Whether some thread is delivering this job's events; it delivers all of them, in order.
-    var isDelivering = false
+    @exclusivity(unchecked) var isDelivering = false
     /// The queue to settle once the `.finished` callbacks have run.
-    var settleQueue: JobQueue?
+    @exclusivity(unchecked) var settleQueue: JobQueue?
     /// Identities of the dependencies, kept once a job has many, so duplicate checks stay O(1).
-    var dependencySet: Set<ObjectIdentifier>?
+    @exclusivity(unchecked) var dependencySet: Set<ObjectIdentifier>?
     /// The dependencies added with `.requireSuccess`, while this job is unfinished.
-    var requiredDependencies: Set<ObjectIdentifier>?
+    @exclusivity(unchecked) var requiredDependencies: Set<ObjectIdentifier>?
     /// The job's conditions, until it finishes, and the dependencies they generated (added to the
     /// job's queue with it). `conditionEvaluation` is the task evaluating them, while it runs.
-    var conditions: [any JobCondition] = []
-    var generatedDependencies: [Job] = []
-    var conditionsEvaluating = false
-    var conditionEvaluation: Task<Void, Never>?
+    @exclusivity(unchecked) var conditions: [any JobCondition] = []
+    @exclusivity(unchecked) var generatedDependencies: [Job] = []
+    @exclusivity(unchecked) var conditionsEvaluating = false
+    @exclusivity(unchecked) var conditionEvaluation: Task<Void, Never>?
     /// Bumped when a condition or, during an evaluation, a dependency is added: an evaluation that
     /// started before cannot satisfy the conditions (a failure still counts).
-    var conditionsGeneration: UInt64 = 0
+    @exclusivity(unchecked) var conditionsGeneration: UInt64 = 0
     /// The job's exclusivity categories, sorted, and its place with them (see
     /// `_ExclusivityRegistry`): its ticket while it is in line (0 otherwise), whether it was made
     /// ready again because its turn came, and whether it holds them (while it executes).
     var exclusivityCategories: [String] = []
-    var parkTicket: UInt64 = 0
+    @exclusivity(unchecked) var parkTicket: UInt64 = 0
     var exclusivityWoken = false
-    var holdsCategories = false
+    @exclusivity(unchecked) var holdsCategories = false
     /// Where the job's work runs, if not on its queue's worker (``Job/executionQueue``).
-    var executionQueue: DispatchQueue?
+    @exclusivity(unchecked) var executionQueue: DispatchQueue?
     /// The categories the job is in line for or holds: its own, less those an ancestor group holds.
-    var lineCategories: [String] = []
+    @exclusivity(unchecked) var lineCategories: [String] = []
     /// The group this job is a child of (weak: the group's queue of children holds the child).
-    weak var parentGroup: GroupJob?
+    @exclusivity(unchecked) weak var parentGroup: GroupJob?
     /// Set when the job was claimed inside a group while naming an exclusivity category that no
     /// group around it holds: the category, and the job's group. The job does not run; it fails
     /// with ``JobError/Code/categoryNotHeldByGroup`` (`Job._refuseToRun`).
-    var categoryRefusal: (category: String, group: GroupJob)?
+    @exclusivity(unchecked) var categoryRefusal: (category: String, group: GroupJob)?
     /// The job's progress, once someone asked for it (``Job/progress``), or a group's from its start.
-    var progress: JobProgress?
+    @exclusivity(unchecked) var progress: JobProgress?
     /// The job's time limit (``Job/timeout``), and the timer counting it down while it executes.
-    var timeout: Duration?
-    var timer: DispatchSourceTimer?
+    @exclusivity(unchecked) var timeout: Duration?
+    @exclusivity(unchecked) var timer: DispatchSourceTimer?
     /// What the job's work is blocked on in `waitUntil…` calls, while it is (diagnostics).
-    var blockedOn: [_BlockedOn] = []
+    @exclusivity(unchecked) var blockedOn: [_BlockedOn] = []
 
     /// Whether finishing has user code to run (observers, a completion block) or must go through the
     /// delivery already running on another thread, so that events keep their order.

@@ -129,9 +129,10 @@ public enum DependencyPolicy: Sendable, Equatable {
 
 /// The parts of a job's outcome that need storage: a failure's error, a cancellation reason's
 /// detail and responsible job. Allocated only for a job that has one of them.
-// @unchecked Sendable: every stored property is guarded by `engineLock`.
+// @unchecked Sendable: every stored property is guarded by `engineLock`, and so
+// `@exclusivity(unchecked)`, like `Job`'s own.
 final class _OutcomeDetails: @unchecked Sendable {
-    var error: (any Error)?
-    var detail: String?
-    var responsibleJob: String?
+    @exclusivity(unchecked) var error: (any Error)?
+    @exclusivity(unchecked) var detail: String?
+    @exclusivity(unchecked) var responsibleJob: String?
 }

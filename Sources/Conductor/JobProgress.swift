@@ -164,6 +164,7 @@ public final class JobProgress: Sendable {
 // @unchecked Sendable: `values` and `observers` are guarded by `lock`; they change only with
 // `engineLock` held as well (so a change and its propagation to the parents are one step), while
 // readers take `lock` alone. `parent` is guarded by `engineLock`. No user code runs under either.
+// Lock-guarded, so `@exclusivity(unchecked)`, like `Job`'s own.
 final class _ProgressStorage: @unchecked Sendable {
     struct Values {
         var total: Int64
@@ -172,10 +173,11 @@ final class _ProgressStorage: @unchecked Sendable {
     }
 
     private let lock = _Lock()
-    private var values: Values
-    private var observers: [(token: JobObserverToken, handler: @Sendable (JobProgress) -> Void)] = []
-    private var nextObserverID: UInt64 = 1
-    var parent: JobProgress?
+    @exclusivity(unchecked) private var values: Values
+    @exclusivity(unchecked) private var observers:
+        [(token: JobObserverToken, handler: @Sendable (JobProgress) -> Void)] = []
+    @exclusivity(unchecked) private var nextObserverID: UInt64 = 1
+    @exclusivity(unchecked) var parent: JobProgress?
 
     init(total: Int64, completed: Int64, finished: Bool) {
         values = Values(total: total, completed: completed, finished: finished)

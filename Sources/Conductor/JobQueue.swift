@@ -483,11 +483,12 @@ public final class JobQueue: @unchecked Sendable {
 }
 
 /// A barrier and the jobs added after it, which wait until it has finished.
-// @unchecked Sendable: every stored property is guarded by `engineLock`.
+// @unchecked Sendable: every stored property is guarded by `engineLock`, and so
+// `@exclusivity(unchecked)`, like `Job`'s own.
 final class _BarrierEpoch: @unchecked Sendable {
     let barrier: Job
-    var held: [Job] = []
-    var barrierAdmitted = false
+    @exclusivity(unchecked) var held: [Job] = []
+    @exclusivity(unchecked) var barrierAdmitted = false
 
     init(barrier: Job) {
         self.barrier = barrier
@@ -501,7 +502,7 @@ final class _BarrierEpoch: @unchecked Sendable {
 /// infinite recursion" warning.
 package final class _BarrierJob: Job, @unchecked Sendable {
     // Guarded by engineLock; released when the barrier runs.
-    private var block: (@Sendable () -> Void)?
+    @exclusivity(unchecked) private var block: (@Sendable () -> Void)?
 
     package init(block: @escaping @Sendable () -> Void) {
         self.block = block

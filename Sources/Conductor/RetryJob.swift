@@ -67,19 +67,20 @@ public enum Backoff: Sendable, Equatable {
 /// or the one that saw the previous attempt finish; never two at once for one retry job.
 public final class RetryJob: Job, @unchecked Sendable {
     // @unchecked Sendable: the settings are immutable and Sendable; `pending` and the closures are
-    // guarded by `engineLock` (and only read or changed while holding it).
+    // guarded by `engineLock` (and only read or changed while holding it), and so
+    // `@exclusivity(unchecked)`, like `Job`'s own.
 
     /// The most attempts it makes, at least 1.
     public let maxAttempts: Int
     /// The wait between a failed attempt and the next.
     public let backoff: Backoff
 
-    private var makeAttempt: (@Sendable (Int) -> Job)?
-    private var shouldRetry: (@Sendable (any Error) -> Bool)?
+    @exclusivity(unchecked) private var makeAttempt: (@Sendable (Int) -> Job)?
+    @exclusivity(unchecked) private var shouldRetry: (@Sendable (any Error) -> Bool)?
     /// The attempt in flight, or the timer of the wait before the next one.
-    private var current: Job?
-    private var delayTimer: DispatchSourceTimer?
-    private var attemptsMade = 0
+    @exclusivity(unchecked) private var current: Job?
+    @exclusivity(unchecked) private var delayTimer: DispatchSourceTimer?
+    @exclusivity(unchecked) private var attemptsMade = 0
     /// The queue that runs the retry job, for `JobQueue.current` inside later attempts.
     private weak var runningQueue: JobQueue?
 

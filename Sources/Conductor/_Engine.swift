@@ -259,38 +259,41 @@ struct _ReleasedBlock {
 }
 
 /// The less common parts of `_Actions`.
+///
+/// `@exclusivity(unchecked)` on every stored property: an `_ActionsOverflow` belongs to one
+/// section's `_Actions`, on one thread, so no two accesses can conflict; Swift's dynamic check cost
+/// about 70 instructions per cancelled `BlockJob` (callgrind), and a fifth of it before
+/// `releasedBlocks` had it. See Docs/Design.md, "Costs the hot path avoids".
 final class _ActionsOverflow {
-    var touchedQueues: [JobQueue] = []
+    @exclusivity(unchecked) var touchedQueues: [JobQueue] = []
     /// The identities of `touchedQueues`.
-    private var touchedQueueIDs: Set<ObjectIdentifier> = []
-    var workerStarts: [(target: DispatchQueue, queue: JobQueue, generation: UInt64)] = []
-    var deliveries: [Job] = []
-    var waiters: [_Waiter] = []
-    var released: [[Job]] = []
-    var releasedObjects: [Any] = []
+    @exclusivity(unchecked) private var touchedQueueIDs: Set<ObjectIdentifier> = []
+    @exclusivity(unchecked) var workerStarts: [(target: DispatchQueue, queue: JobQueue, generation: UInt64)] = []
+    @exclusivity(unchecked) var deliveries: [Job] = []
+    @exclusivity(unchecked) var waiters: [_Waiter] = []
+    @exclusivity(unchecked) var released: [[Job]] = []
+    @exclusivity(unchecked) var releasedObjects: [Any] = []
     /// Blocks of cancelled jobs, each in a struct: an `Array` or `Any` of bare closures stores
     /// them at the generic abstraction, which allocates a thunk for every closure stored, once per
     /// cancelled `BlockJob`.
-    // `@exclusivity(unchecked)`: an `_ActionsOverflow` belongs to one section's `_Actions`, on one
-    // thread; the dynamic check cost a fifth of cancelling a `BlockJob` (callgrind).
     @exclusivity(unchecked) var releasedBlocks: [_ReleasedBlock] = []
-    var releasedQueues: [JobQueue] = []
+    @exclusivity(unchecked) var releasedQueues: [JobQueue] = []
     /// Dependents waiting to be cancelled by a `.requireSuccess` cascade, and whether one is being
     /// carried out (see `_Actions.cancelDependentsLocked()`).
-    var cascade: [(Job, CancellationReason)] = []
-    var isCascading = false
+    @exclusivity(unchecked) var cascade: [(Job, CancellationReason)] = []
+    @exclusivity(unchecked) var isCascading = false
     /// Jobs the cascade cancelled, kept alive until after unlocking.
-    var cascaded: [Job] = []
+    @exclusivity(unchecked) var cascaded: [Job] = []
     /// Jobs whose `cancel()` override must run after unlocking.
-    var cancelOverrides: [Job] = []
+    @exclusivity(unchecked) var cancelOverrides: [Job] = []
     /// Jobs with a time limit that began executing, and timers of jobs that finished first.
-    var timeoutsToStart: [(Job, Duration)] = []
-    var timersToCancel: [DispatchSourceTimer] = []
+    @exclusivity(unchecked) var timeoutsToStart: [(Job, Duration)] = []
+    @exclusivity(unchecked) var timersToCancel: [DispatchSourceTimer] = []
     /// Jobs whose conditions are due for evaluation, and evaluations of jobs that finished first.
-    var conditionEvaluations: [Job] = []
-    var tasksToCancel: [Task<Void, Never>] = []
+    @exclusivity(unchecked) var conditionEvaluations: [Job] = []
+    @exclusivity(unchecked) var tasksToCancel: [Task<Void, Never>] = []
     /// Progress objects whose counts changed, with the observers to tell.
-    var progressNotifications: [(JobProgress, [JobProgress.Handler])] = []
+    @exclusivity(unchecked) var progressNotifications: [(JobProgress, [JobProgress.Handler])] = []
 
     func touch(_ queue: JobQueue) {
         // A set, not a scan of the list: a cascade across many queues touches each once, in O(1).

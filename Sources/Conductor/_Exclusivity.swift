@@ -1,13 +1,13 @@
 /// One mutual-exclusivity category: the job holding it, and the jobs waiting for it, first come
-/// first served. Guarded by `engineLock`.
+/// first served. Guarded by `engineLock` (so `@exclusivity(unchecked)`, like `Job`'s own).
 final class _Category {
     /// The executing job that holds the category.
-    var holder: Job?
+    @exclusivity(unchecked) var holder: Job?
     /// The jobs in line, from `head` on. An entry is live while its job's `parkTicket` is the
     /// entry's ticket; `dead` counts the entries past `head` that are not.
-    var line: [(job: Job, ticket: UInt64)] = []
-    var head = 0
-    var dead = 0
+    @exclusivity(unchecked) var line: [(job: Job, ticket: UInt64)] = []
+    @exclusivity(unchecked) var head = 0
+    @exclusivity(unchecked) var dead = 0
 
     var isUnused: Bool { holder == nil && head == line.count }
 
@@ -56,10 +56,11 @@ final class _Category {
 /// whatever order categories are named in. When a holder finishes, the first job in line is made
 /// ready again once it is first in all its lines and they are all free; it keeps its place until its
 /// queue claims it, so nobody overtakes it, and it never holds a category while it waits for a slot.
-// @unchecked Sendable: every stored property is guarded by `engineLock`.
+// @unchecked Sendable: every stored property is guarded by `engineLock`, and so
+// `@exclusivity(unchecked)`, like `Job`'s own.
 final class _ExclusivityRegistry: @unchecked Sendable {
-    private var categories: [String: _Category] = [:]
-    private var nextTicket: UInt64 = 0
+    @exclusivity(unchecked) private var categories: [String: _Category] = [:]
+    @exclusivity(unchecked) private var nextTicket: UInt64 = 0
 
     /// How many of `names` are in use (held or with a line). For tests.
     func inUseCountLocked(among names: [String]) -> Int {
