@@ -7,7 +7,7 @@ import Dispatch
 /// finishes the job at once; for such work use ``AsyncBlockJob`` or ``TaskJob``.
 public final class BlockJob: Job, @unchecked Sendable {
     // Guarded by engineLock until the job starts; from then on owned by the thread running it (see
-    // `takeBlocks()`). The first block is stored inline so a one-block job allocates no array.
+    // `takeBlocks(owned:)`). The first block is stored inline so a one-block job allocates no array.
     @exclusivity(unchecked) private var firstBlock: (@Sendable () -> Void)?
     @exclusivity(unchecked) private var moreBlocks: [@Sendable () -> Void] = []
 
@@ -48,10 +48,9 @@ public final class BlockJob: Job, @unchecked Sendable {
     ///
     /// The thread running the job owns its blocks from the moment the job was claimed under the
     /// engine lock: after that, `addExecutionBlock` traps and `executionBlocks` does not read them.
-    /// So that thread takes them without the lock, which saves a lock round trip per job on the
-    /// hot path. A direct call of `execute()` from any other thread takes the lock.
-    private func takeBlocks() -> (first: (@Sendable () -> Void)?, more: [@Sendable () -> Void]) {
-        let owned = _ThreadContext.job === self
+    /// So that thread takes them without the lock (`owned`), which saves a lock round trip per job
+    /// on the hot path. A direct call of `execute()` from any other thread takes the lock.
+    private func takeBlocks(owned: Bool) -> (first: (@Sendable () -> Void)?, more: [@Sendable () -> Void]) {
         if !owned { engineLock.lock() }
         defer { if !owned { engineLock.unlock() } }
         let taken = (firstBlock, moreBlocks)
@@ -69,7 +68,17 @@ public final class BlockJob: Job, @unchecked Sendable {
     }
 
     public override func execute() {
-        let (first, more) = takeBlocks()
+        run(takeBlocks(owned: _ThreadContext.job === self))
+    }
+
+    override func _executeClaimed() {
+        run(takeBlocks(owned: true))
+    }
+
+    /// Runs the blocks taken. Consumes them, so that the closure is released as it was taken,
+    /// with no retain of its own.
+    private func run(_ blocks: consuming (first: (@Sendable () -> Void)?, more: [@Sendable () -> Void])) {
+        let (first, more) = blocks
         guard let first else { return }
         if more.isEmpty {
             first()
@@ -93,7 +102,7 @@ public final class BlockJob: Job, @unchecked Sendable {
 /// ```
 public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
     // Guarded by engineLock until the job starts; then owned by the thread running it (see
-    // `BlockJob.takeBlocks()`). Released when the job starts.
+    // `BlockJob.takeBlocks(owned:)`). Released when the job starts.
     @exclusivity(unchecked) private var body: (@Sendable (AsyncBlockJob) -> Void)?
 
     /// Creates a job that runs `body` and finishes when `body`'s work calls `finish()`.
@@ -108,7 +117,16 @@ public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
     }
 
     public override func execute() {
-        let owned = _ThreadContext.job === self
+        run(owned: _ThreadContext.job === self)
+    }
+
+    override func _executeClaimed() {
+        run(owned: true)
+    }
+
+    /// Takes the body, without the lock when the calling thread `owned` the job (see
+    /// `BlockJob.takeBlocks(owned:)`), and runs it.
+    private func run(owned: Bool) {
         if !owned { engineLock.lock() }
         let body = self.body
         self.body = nil

@@ -48,7 +48,7 @@ extension Job {
             _ThreadContext.withContext(queue: queue, job: self) {
                 var failure: (any Error)?
                 do {
-                    try execute()
+                    try _executeClaimed()
                 } catch {
                     failure = error
                 }

@@ -122,6 +122,14 @@ open class Job: @unchecked Sendable {
     /// Overrides that cannot fail need not be marked `throws`.
     open func execute() throws {}
 
+    /// ``execute()``, where the engine runs a job it claimed under the engine lock (on a worker, on
+    /// the job's ``executionQueue``, or in ``start()``): the job's work belongs to the calling
+    /// thread then. ``BlockJob`` and ``AsyncBlockJob`` override it to take their closures without
+    /// first asking which thread runs them.
+    func _executeClaimed() throws {
+        try execute()
+    }
+
     /// Runs the job on the calling thread, without a queue.
     ///
     /// A cancelled job is already finished, and `start()` does nothing. Starting a job that is
@@ -155,7 +163,7 @@ open class Job: @unchecked Sendable {
         _ThreadContext.job = self
         var failure: (any Error)?
         do {
-            try execute()
+            try _executeClaimed()
         } catch {
             failure = error
         }

@@ -407,17 +407,17 @@ extension JobQueue {
         }
         guard next != nil else { return }
 
-        let previousQueue = _ThreadContext.queue
-        let previousJob = _ThreadContext.job
-        _ThreadContext.queue = self
+        let context = _ThreadContext.slot()
+        let previousContext = context.pointee
+        context.pointee.queue = Unmanaged.passUnretained(self)
         var waitBudget = JobQueue.slotWaitBudget
         while let job = next {
-            _ThreadContext.job = job
+            context.pointee.job = Unmanaged.passUnretained(job)
             var failure: (any Error)?
             let ranHere = !job._runsElsewhere
             if ranHere {
                 do {
-                    try job.execute()
+                    try job._executeClaimed()
                 } catch {
                     failure = error
                 }
@@ -480,8 +480,7 @@ extension JobQueue {
                 window.own &+= 1
             }
         }
-        _ThreadContext.queue = previousQueue
-        _ThreadContext.job = previousJob
+        context.pointee = previousContext
     }
 
     /// After running a finished job's callbacks, claims the next job if one may start, handing the

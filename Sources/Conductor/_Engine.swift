@@ -383,48 +383,67 @@ final class _BatchWait: @unchecked Sendable {
 
 /// Per-thread record of the queue and job a thread is running, for `JobQueue.current` and for
 /// detecting waits that could never return.
+///
+/// One pthread key per process points to a `Slot` per thread, allocated on the thread's first write
+/// and freed when the thread exits. A worker finds its slot once and then records each job it runs
+/// with a plain store (`_ThreadContext.slot()`): `pthread_setspecific` per job cost about 35
+/// instructions.
 enum _ThreadContext {
-    private static let queueKey: pthread_key_t = makeKey()
-    private static let jobKey: pthread_key_t = makeKey()
-
-    private static func makeKey() -> pthread_key_t {
-        var key = pthread_key_t()
-        let result = pthread_key_create(&key, nil)
-        _require(result == 0, "pthread_key_create failed: \(result)")
-        return key
+    /// A thread's queue and job. Neither is retained: the worker retains both while it runs.
+    struct Slot {
+        var queue: Unmanaged<JobQueue>?
+        var job: Unmanaged<Job>?
     }
 
-    /// The queue whose worker is running on this thread. Not retained: the worker retains it.
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        let result = pthread_key_create(&key) { slot in
+            #if canImport(Darwin)
+                slot.assumingMemoryBound(to: Slot.self).deallocate()
+            #else
+                slot?.assumingMemoryBound(to: Slot.self).deallocate()
+            #endif
+        }
+        _require(result == 0, "pthread_key_create failed: \(result)")
+        return key
+    }()
+
+    /// This thread's slot, if it has one.
+    @inline(__always)
+    private static var existingSlot: UnsafeMutablePointer<Slot>? {
+        pthread_getspecific(key)?.assumingMemoryBound(to: Slot.self)
+    }
+
+    /// This thread's slot, allocated on first use. The pointer stays valid until the thread exits.
+    static func slot() -> UnsafeMutablePointer<Slot> {
+        if let slot = existingSlot { return slot }
+        let slot = UnsafeMutablePointer<Slot>.allocate(capacity: 1)
+        slot.initialize(to: Slot())
+        let result = pthread_setspecific(key, slot)
+        _require(result == 0, "pthread_setspecific failed: \(result)")
+        return slot
+    }
+
+    /// The queue whose worker is running on this thread.
     static var queue: JobQueue? {
-        get {
-            guard let raw = pthread_getspecific(queueKey) else { return nil }
-            return Unmanaged<JobQueue>.fromOpaque(raw).takeUnretainedValue()
-        }
-        set {
-            pthread_setspecific(queueKey, newValue.map { Unmanaged.passUnretained($0).toOpaque() })
-        }
+        get { existingSlot?.pointee.queue?.takeUnretainedValue() }
+        set { slot().pointee.queue = newValue.map { Unmanaged.passUnretained($0) } }
+    }
+
+    /// The job whose work is running on this thread.
+    static var job: Job? {
+        get { existingSlot?.pointee.job?.takeUnretainedValue() }
+        set { slot().pointee.job = newValue.map { Unmanaged.passUnretained($0) } }
     }
 
     /// Runs `body` with `queue` and `job` as this thread's context, then restores the previous one.
     static func withContext(queue: JobQueue?, job: Job?, _ body: () -> Void) {
-        let previousQueue = self.queue
-        let previousJob = self.job
-        self.queue = queue
-        self.job = job
+        let slot = slot()
+        let previous = slot.pointee
+        slot.pointee = Slot(
+            queue: queue.map { Unmanaged.passUnretained($0) }, job: job.map { Unmanaged.passUnretained($0) })
         body()
-        self.queue = previousQueue
-        self.job = previousJob
-    }
-
-    /// The job whose work is running on this thread. Not retained: the runner retains it.
-    static var job: Job? {
-        get {
-            guard let raw = pthread_getspecific(jobKey) else { return nil }
-            return Unmanaged<Job>.fromOpaque(raw).takeUnretainedValue()
-        }
-        set {
-            pthread_setspecific(jobKey, newValue.map { Unmanaged.passUnretained($0).toOpaque() })
-        }
+        slot.pointee = previous
     }
 }
 

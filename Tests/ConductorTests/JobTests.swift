@@ -542,6 +542,27 @@ struct JobTests {
         holder.job = nil
     }
 
+    @Test("execute() called directly runs a BlockJob's and an AsyncBlockJob's work once, and releases it")
+    func directExecuteTakesTheWorkOnce() {
+        // Workers and `start()` take a job's closures as the thread that claimed it; a direct call
+        // of `execute()` is not a claim, and takes them under the lock instead.
+        let runs = Counter()
+        let job = BlockJob { runs.increment() }
+        job.addExecutionBlock { runs.increment() }
+        job.execute()
+        #expect(runs.value == 2)
+        #expect(job.executionBlocks.isEmpty, "the blocks were taken")
+        job.execute()
+        #expect(runs.value == 2, "taken blocks do not run again")
+        #expect(job.state == .ready, "calling execute() is not starting the job")
+
+        let bodies = Counter()
+        let asyncJob = AsyncBlockJob { _ in bodies.increment() }
+        asyncJob.execute()
+        asyncJob.execute()
+        #expect(bodies.value == 1)
+    }
+
     @Test("a BlockJob finishes only when all its blocks have returned")
     func blockJobWaitsForAllBlocks() {
         let returned = Counter()
