@@ -7,7 +7,7 @@ import Dispatch
 /// finishes the job at once; for such work use ``AsyncBlockJob`` or ``TaskJob``.
 public final class BlockJob: Job, @unchecked Sendable {
     // Guarded by engineLock until the job starts; from then on owned by the thread running it (see
-    // `takeBlocks(owned:)`). The first block is stored inline so a one-block job allocates no array.
+    // `takeBlocks()`). The first block is stored inline so a one-block job allocates no array.
     @exclusivity(unchecked) private var firstBlock: (@Sendable () -> Void)?
     @exclusivity(unchecked) private var moreBlocks: [@Sendable () -> Void] = []
 
@@ -46,13 +46,12 @@ public final class BlockJob: Job, @unchecked Sendable {
 
     /// Moves the blocks out, releasing them from the job.
     ///
-    /// The thread running the job owns its blocks from the moment the job was claimed under the
-    /// engine lock: after that, `addExecutionBlock` traps and `executionBlocks` does not read them.
-    /// So that thread takes them without the lock (`owned`), which saves a lock round trip per job
-    /// on the hot path. A direct call of `execute()` from any other thread takes the lock.
-    private func takeBlocks(owned: Bool) -> (first: (@Sendable () -> Void)?, more: [@Sendable () -> Void]) {
-        if !owned { engineLock.lock() }
-        defer { if !owned { engineLock.unlock() } }
+    /// The thread that claimed the job under the engine lock owns its blocks from then on:
+    /// `addExecutionBlock` traps and `executionBlocks` does not read them. So that thread
+    /// (`_executeClaimed()`) takes them without the lock, which saves a lock round trip per job on
+    /// the hot path. A direct call of `execute()` is no claim: it takes them under the lock, and only
+    /// while the job has not started.
+    private func takeBlocks() -> (first: (@Sendable () -> Void)?, more: [@Sendable () -> Void]) {
         let taken = (firstBlock, moreBlocks)
         firstBlock = nil
         moreBlocks = []
@@ -67,12 +66,18 @@ public final class BlockJob: Job, @unchecked Sendable {
         }
     }
 
+    /// Runs the blocks, when called directly on a job that has not started. The blocks are taken
+    /// as they run, so they run once; on a job a queue or ``Job/start()`` has started, the blocks
+    /// belong to that run, and a direct call runs nothing.
     public override func execute() {
-        run(takeBlocks(owned: _ThreadContext.job === self))
+        engineLock.lock()
+        let blocks = _lifecycle.isUnstarted ? takeBlocks() : (nil, [])
+        engineLock.unlock()
+        run(blocks)
     }
 
     override func _executeClaimed() {
-        run(takeBlocks(owned: true))
+        run(takeBlocks())
     }
 
     /// Runs the blocks taken. Consumes them, so that the closure is released as it was taken,
@@ -102,7 +107,7 @@ public final class BlockJob: Job, @unchecked Sendable {
 /// ```
 public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
     // Guarded by engineLock until the job starts; then owned by the thread running it (see
-    // `BlockJob.takeBlocks(owned:)`). Released when the job starts.
+    // `BlockJob.takeBlocks()`). Released when the job starts.
     @exclusivity(unchecked) private var body: (@Sendable (AsyncBlockJob) -> Void)?
 
     /// Creates a job that runs `body` and finishes when `body`'s work calls `finish()`.
@@ -116,21 +121,18 @@ public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
         body = nil
     }
 
+    /// Runs the body, when called directly on a job that has not started; see
+    /// ``BlockJob/execute()``.
     public override func execute() {
-        run(owned: _ThreadContext.job === self)
+        engineLock.lock()
+        let body = _lifecycle.isUnstarted ? self.body.take() : nil
+        engineLock.unlock()
+        body?(self)
     }
 
     override func _executeClaimed() {
-        run(owned: true)
-    }
-
-    /// Takes the body, without the lock when the calling thread `owned` the job (see
-    /// `BlockJob.takeBlocks(owned:)`), and runs it.
-    private func run(owned: Bool) {
-        if !owned { engineLock.lock() }
-        let body = self.body
-        self.body = nil
-        if !owned { engineLock.unlock() }
+        // Claimed: the body is this thread's (see `BlockJob.takeBlocks()`).
+        let body = self.body.take()
         body?(self)
     }
 }

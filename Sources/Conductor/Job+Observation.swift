@@ -36,9 +36,9 @@ final class _JobExtras: @unchecked Sendable {
     /// The job's exclusivity categories, sorted, and its place with them (see
     /// `_ExclusivityRegistry`): its ticket while it is in line (0 otherwise), whether it was made
     /// ready again because its turn came, and whether it holds them (while it executes).
-    var exclusivityCategories: [String] = []
+    @exclusivity(unchecked) var exclusivityCategories: [String] = []
     @exclusivity(unchecked) var parkTicket: UInt64 = 0
-    var exclusivityWoken = false
+    @exclusivity(unchecked) var exclusivityWoken = false
     @exclusivity(unchecked) var holdsCategories = false
     /// Where the job's work runs, if not on its queue's worker (``Job/executionQueue``).
     @exclusivity(unchecked) var executionQueue: DispatchQueue?

@@ -425,6 +425,8 @@ extension JobQueue {
                 // On its execution queue, holding its slot; it finishes there.
                 job._executeOnExecutionQueue(queue: self)
             }
+            // Unretained: not left pointing at a job that may be freed before the next one runs.
+            context.pointee.job = nil
             var actions = _Actions()
             var waitFrom: UInt64?
             var claimAfterCallbacks = false

@@ -82,7 +82,7 @@ public final class RetryJob: Job, @unchecked Sendable {
     @exclusivity(unchecked) private var delayTimer: DispatchSourceTimer?
     @exclusivity(unchecked) private var attemptsMade = 0
     /// The queue that runs the retry job, for `JobQueue.current` inside later attempts.
-    private weak var runningQueue: JobQueue?
+    @exclusivity(unchecked) private weak var runningQueue: JobQueue?
 
     /// Creates a retry job. `maxAttempts` below 1 counts as 1.
     public init(

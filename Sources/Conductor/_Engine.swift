@@ -261,9 +261,9 @@ struct _ReleasedBlock {
 /// The less common parts of `_Actions`.
 ///
 /// `@exclusivity(unchecked)` on every stored property: an `_ActionsOverflow` belongs to one
-/// section's `_Actions`, on one thread, so no two accesses can conflict; Swift's dynamic check cost
-/// about 70 instructions per cancelled `BlockJob` (callgrind), and a fifth of it before
-/// `releasedBlocks` had it. See Docs/Design.md, "Costs the hot path avoids".
+/// section's `_Actions`, on one thread, so no two accesses can conflict. Swift's dynamic check cost
+/// about 70 instructions per checked access (callgrind), and cancelling a `BlockJob` paid one. See
+/// Docs/Design.md, "Costs the hot path avoids".
 final class _ActionsOverflow {
     @exclusivity(unchecked) var touchedQueues: [JobQueue] = []
     /// The identities of `touchedQueues`.
@@ -438,6 +438,9 @@ enum _ThreadContext {
 
     /// Runs `body` with `queue` and `job` as this thread's context, then restores the previous one.
     static func withContext(queue: JobQueue?, job: Job?, _ body: () -> Void) {
+        if queue == nil && job == nil && existingSlot == nil {
+            return body()  // A thread without a slot has no context to clear.
+        }
         let slot = slot()
         let previous = slot.pointee
         slot.pointee = Slot(

@@ -545,16 +545,33 @@ struct JobTests {
     @Test("execute() called directly runs a BlockJob's and an AsyncBlockJob's work once, and releases it")
     func directExecuteTakesTheWorkOnce() {
         // Workers and `start()` take a job's closures as the thread that claimed it; a direct call
-        // of `execute()` is not a claim, and takes them under the lock instead.
+        // of `execute()` is not a claim, and takes them under the lock, while the job has not started.
         let runs = Counter()
-        let job = BlockJob { runs.increment() }
-        job.addExecutionBlock { runs.increment() }
+        weak var weakCapture: Counter?
+        let job: BlockJob
+        do {
+            let capture = Counter()
+            weakCapture = capture
+            job = BlockJob { runs.increment() }
+            job.addExecutionBlock {
+                capture.increment()
+                runs.increment()
+            }
+        }
+        #expect(weakCapture != nil)
         job.execute()
         #expect(runs.value == 2)
         #expect(job.executionBlocks.isEmpty, "the blocks were taken")
+        #expect(weakCapture == nil, "and released once they ran")
         job.execute()
         #expect(runs.value == 2, "taken blocks do not run again")
         #expect(job.state == .ready, "calling execute() is not starting the job")
+        job.start()
+        #expect(runs.value == 2, "nor does the job's own run")
+        guard case .succeeded? = job.outcome else {
+            Issue.record("outcome \(String(describing: job.outcome))")
+            return
+        }
 
         let bodies = Counter()
         let asyncJob = AsyncBlockJob { _ in bodies.increment() }
