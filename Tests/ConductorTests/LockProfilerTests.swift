@@ -9,14 +9,16 @@ import Testing
         let queue = JobQueue(name: "lock-profile")
         queue.isSuspended = true
         _LockProfiler.start()
-        // Each addJob takes the lock once; running and finishing each job takes it at least once.
+        // Adding to a suspended queue pushes each closure without the lock, so the bound counts only
+        // what must take it: each job's finish, a critical section of its own (the worker finishes
+        // one job per section, claiming the next in the same one).
         for _ in 0..<100 {
             queue.addJob {}
         }
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
         let profile = _LockProfiler.stop()
-        #expect(profile.acquisitions >= 200)
+        #expect(profile.acquisitions >= 100)
         #expect(profile.heldNanoseconds > 0)
     }
 
