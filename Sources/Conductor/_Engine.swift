@@ -384,8 +384,8 @@ final class _BatchWait: @unchecked Sendable {
 /// Per-thread record of the queue and job a thread is running, for `JobQueue.current` and for
 /// detecting waits that could never return.
 ///
-/// One pthread key per process points to a `Slot` per thread, allocated on the thread's first write
-/// and freed when the thread exits. A worker finds its slot once and then records each job it runs
+/// One pthread key per process points to a `Slot` per thread, allocated when a context is first set
+/// on the thread and freed when the thread exits. A worker finds its slot once and then records each job it runs
 /// with a plain store (`_ThreadContext.slot()`): `pthread_setspecific` per job cost about 35
 /// instructions.
 enum _ThreadContext {
@@ -414,7 +414,7 @@ enum _ThreadContext {
         pthread_getspecific(key)?.assumingMemoryBound(to: Slot.self)
     }
 
-    /// This thread's slot, allocated on first use. The pointer stays valid until the thread exits.
+    /// This thread's slot, allocated if it has none. The pointer stays valid until the thread exits.
     static func slot() -> UnsafeMutablePointer<Slot> {
         if let slot = existingSlot { return slot }
         let slot = UnsafeMutablePointer<Slot>.allocate(capacity: 1)
@@ -424,10 +424,10 @@ enum _ThreadContext {
         return slot
     }
 
-    /// The queue whose worker is running on this thread.
+    /// The queue whose worker is running on this thread. Set by the worker, through its slot, and
+    /// by `withContext`.
     static var queue: JobQueue? {
-        get { existingSlot?.pointee.queue?.takeUnretainedValue() }
-        set { slot().pointee.queue = newValue.map { Unmanaged.passUnretained($0) } }
+        existingSlot?.pointee.queue?.takeUnretainedValue()
     }
 
     /// The job whose work is running on this thread.
