@@ -515,6 +515,49 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(log.values == high + ["late-high"] + normal + ["late-normal"])
     }
 
+    /// Adds `count` closures to `queue` (suspended), cancels those `cancels` picks, and returns
+    /// weak references to every job; the caller keeps no strong reference.
+    private static func addAndCancel(
+        _ count: Int, on queue: JobQueue, cancels: (Int) -> Bool
+    ) -> [WeakReference<Job>] {
+        let jobs = (0..<count).map { _ in BlockJob {} }
+        queue.addJobs(jobs, waitUntilFinished: false)
+        for (index, job) in jobs.enumerated() where cancels(index) {
+            job.cancel()
+        }
+        return jobs.map { WeakReference($0) }
+    }
+
+    @Test func jobsCancelledInTheReadyLineAreFreed() async {
+        // Each way a cancelled job's entry leaves the ready line must let the job go. Two of every
+        // three cancelled: once the stale entries outnumber the live ones (at the 151st),
+        // compaction drops them while the queue is still suspended; the rest go when the line
+        // empties. One in fifty: each is dropped when a pop skips it.
+        let queue = JobQueue(name: "cancelled-in-line", maxConcurrentJobCount: 1)
+        queue.isSuspended = true
+        let compacted = Self.addAndCancel(300, on: queue) { !$0.isMultiple(of: 3) }
+        let cancelled = compacted.enumerated().filter { !$0.offset.isMultiple(of: 3) }
+        let freed = cancelled.filter { $0.element.object == nil }.count
+        #expect(freed >= 151, "\(freed) of 200 cancelled jobs freed before the queue ran")
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(compacted.allSatisfy { $0.object == nil })
+
+        queue.isSuspended = true
+        let skipped = Self.addAndCancel(300, on: queue) { $0.isMultiple(of: 50) }
+        #expect(skipped.enumerated().filter { $0.offset.isMultiple(of: 50) }.allSatisfy { $0.element.object != nil })
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(skipped.allSatisfy { $0.object == nil })
+
+        // The front slot: the line's only entry, cancelled, empties the line.
+        queue.isSuspended = true
+        let single = Self.addAndCancel(1, on: queue) { _ in true }
+        #expect(single[0].object == nil)
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
     @Test func compactingAWrappedReadyRingKeepsTheOrder() async {
         // The first 101 of 200 jobs run, and the 101st suspends the queue: the ring's head is now
         // past its start. 150 more wrap around the end of the 256-slot ring; cancelling two of every
