@@ -7,9 +7,9 @@ import Dispatch
 /// finishes the job at once; for such work use ``AsyncBlockJob`` or ``TaskJob``.
 public final class BlockJob: Job, @unchecked Sendable {
     // Guarded by engineLock until the job starts; from then on owned by the thread running it (see
-    // `takeBlocks()`). The first block is stored inline so a one-block job allocates no array.
+    // `takeBlock()`). A one-block job keeps its block here and allocates nothing else; a job with
+    // several keeps here one closure that runs them all, and the list in `_details`.
     @exclusivity(unchecked) private var firstBlock: (@Sendable () -> Void)?
-    @exclusivity(unchecked) private var moreBlocks: [@Sendable () -> Void] = []
 
     /// Creates a job that runs `block`.
     public init(block: @escaping @Sendable () -> Void) {
@@ -25,12 +25,27 @@ public final class BlockJob: Job, @unchecked Sendable {
             engineLock.unlock()
             _trap("BlockJob.addExecutionBlock(_:): '\(name)' has already started or finished")
         }
-        if firstBlock == nil {
-            firstBlock = block
-        } else {
-            moreBlocks.append(block)
+        let details = _detailsLocked
+        if details.blocks.isEmpty, let firstBlock {
+            details.blocks = [firstBlock]
         }
+        details.blocks.append(block)
+        firstBlock = BlockJob.runner(details.blocks, of: self)
         engineLock.unlock()
+    }
+
+    /// One closure that runs `blocks` at once, on as many threads as Dispatch gives it; the blocks
+    /// that land on other threads see the same `JobQueue.current` and current job.
+    private static func runner(
+        _ blocks: [@Sendable () -> Void], of job: BlockJob
+    ) -> @Sendable () -> Void {
+        // Unowned: the closure is the job's own, and runs only while the job runs.
+        { [unowned job] in
+            let queue = _ThreadContext.queue
+            DispatchQueue.concurrentPerform(iterations: blocks.count) { index in
+                _ThreadContext.withContext(queue: queue, job: job, blocks[index])
+            }
+        }
     }
 
     /// The blocks the job will run. Empty once it has started or finished: the blocks are released
@@ -40,61 +55,53 @@ public final class BlockJob: Job, @unchecked Sendable {
         engineLock.withLock {
             // Once started, the blocks belong to the running thread; do not touch them here.
             guard _lifecycle.isUnstarted, let firstBlock else { return [] }
-            return [firstBlock] + moreBlocks
+            if let blocks = _details?.blocks, !blocks.isEmpty {
+                return blocks
+            }
+            return [firstBlock]
         }
     }
 
-    /// Moves the blocks out, releasing them from the job.
+    /// Moves the block (or the closure running the blocks) out, releasing it from the job.
     ///
-    /// The thread that claimed the job under the engine lock owns its blocks from then on:
-    /// `addExecutionBlock` traps and `executionBlocks` does not read them. So that thread
-    /// (`_executeClaimed()`) takes them without the lock, which saves a lock round trip per job on
-    /// the hot path. A direct call of `execute()` is no claim: it takes them under the lock, and only
-    /// while the job has not started.
-    private func takeBlocks() -> (first: (@Sendable () -> Void)?, more: [@Sendable () -> Void]) {
-        let taken = (firstBlock, moreBlocks)
-        firstBlock = nil
-        moreBlocks = []
-        return taken
+    /// The thread that claimed the job under the engine lock owns its block from then on:
+    /// `addExecutionBlock` traps and `executionBlocks` does not read it. So that thread
+    /// (`_executeClaimed()`) takes it without the lock, which saves a lock round trip per job on
+    /// the hot path. A direct call of `execute()` is no claim: it takes it under the lock, and only
+    /// while the job has not started. The list of several blocks in `_details` is released when the
+    /// job finishes (or, for a direct call, when the blocks are taken).
+    private func takeBlock() -> (@Sendable () -> Void)? {
+        firstBlock.take()
     }
 
     override func _discardWorkLocked(_ actions: inout _Actions) {
         actions.releaseAfterUnlocking(block: firstBlock.take())
-        if !moreBlocks.isEmpty {
-            actions.releaseAfterUnlocking(moreBlocks)
-            moreBlocks = []
-        }
     }
 
     /// Runs the blocks, when called directly on a job that has not started. The blocks are taken
     /// as they run, so they run once; on a job a queue or ``Job/start()`` has started, the blocks
     /// belong to that run, and a direct call runs nothing.
     public override func execute() {
+        var list: [@Sendable () -> Void] = []
         engineLock.lock()
-        let blocks = _lifecycle.isUnstarted ? takeBlocks() : (nil, [])
+        let block = _lifecycle.isUnstarted ? takeBlock() : nil
+        if block != nil, let details = _details {
+            swap(&list, &details.blocks)
+        }
         engineLock.unlock()
-        run(blocks)
+        list = []  // released after unlocking: the blocks' captures may run deinits
+        run(block)
     }
 
     override func _executeClaimed() {
-        run(takeBlocks())
+        run(takeBlock())
     }
 
-    /// Runs the blocks taken. Consumes them, so that the closure is released as it was taken,
-    /// with no retain of its own.
-    private func run(_ blocks: consuming (first: (@Sendable () -> Void)?, more: [@Sendable () -> Void])) {
-        let (first, more) = blocks
-        guard let first else { return }
-        if more.isEmpty {
-            first()
-        } else {
-            // Blocks that land on other threads see the same `JobQueue.current` and current job.
-            let blocks = [first] + more
-            let queue = _ThreadContext.queue
-            DispatchQueue.concurrentPerform(iterations: blocks.count) { index in
-                _ThreadContext.withContext(queue: queue, job: self, blocks[index])
-            }
-        }
+    /// Runs the block taken. Consumes it, so that the closure is released as it was taken, with no
+    /// retain of its own.
+    private func run(_ block: consuming (@Sendable () -> Void)?) {
+        guard let block else { return }
+        block()
     }
 }
 

@@ -29,34 +29,75 @@ open class Job: @unchecked Sendable {
     let finishesWhenExecuteReturns: Bool
 
     // MARK: Lifecycle (guarded by engineLock)
-    // The one-byte flags come first, in the padding after `finishesWhenExecuteReturns`, so that the
-    // lifecycle and the rest pack without a gap: a `BlockJob` stays within a smaller malloc size
-    // class (the `memory` benchmark counts the bytes).
-    /// Whether this is a queue's barrier, which keeps its place in line even when cancelled.
-    @exclusivity(unchecked) var _isBarrier = false
-    /// Whether the queue counts this job in its current barrier epoch (`false` while held behind a barrier).
-    @exclusivity(unchecked) var _admitted = false
-    /// Finished, but observers, completion block or waiters have not all been served yet.
-    @exclusivity(unchecked) var _callbacksPending = false
-    /// State, flags and wait reasons; changed only through its events (see `_JobLifecycle`).
-    @exclusivity(unchecked) var _lifecycle = _JobLifecycle()
-    /// Whether the job has exclusivity categories (in its extras), so that claiming it must take them.
-    @exclusivity(unchecked) var _isExclusive = false
-    /// Whether the job's work runs on its `executionQueue` rather than on the worker.
-    @exclusivity(unchecked) var _runsElsewhere = false
+    // The one-byte fields come first, in the padding after `finishesWhenExecuteReturns`, so that the
+    // lifecycle and the rest pack without a gap. A `BlockJob` is 120 bytes, a 128-byte malloc chunk:
+    // the largest that glibc frees into its fast bins, without the arena's lock, when another thread
+    // frees it (a worker, a job the thread adding jobs allocated). Anything a plain job does not use
+    // lives in `_details` or `_extras`. See Docs/Design.md, "Memory ownership".
+    /// Flags in one byte: see `_JobFlags`.
+    @exclusivity(unchecked) var _flags = _JobFlags()
     @exclusivity(unchecked) var _priority: JobPriority = .normal
     @exclusivity(unchecked) var _qualityOfService: DispatchQoS.QoSClass = .default
+    /// State, flags and wait reasons; changed only through its events (see `_JobLifecycle`).
+    @exclusivity(unchecked) var _lifecycle = _JobLifecycle()
+
+    /// What only some jobs need, allocated on first use and kept for the job's life: a name, the
+    /// outcome's payloads, a batch wait, an order moved by Pearce–Kelly, further blocks of a
+    /// `BlockJob`, a count of dependents that finished first.
+    @exclusivity(unchecked) var _details: _JobDetails?
+
+    /// Whether this is a queue's barrier, which keeps its place in line even when cancelled.
+    var _isBarrier: Bool {
+        get { _flags.contains(.isBarrier) }
+        set { _flags.set(.isBarrier, newValue) }
+    }
+    /// Whether the queue counts this job in its current barrier epoch (`false` while held behind a barrier).
+    var _admitted: Bool {
+        get { _flags.contains(.admitted) }
+        set { _flags.set(.admitted, newValue) }
+    }
+    /// Finished, but observers, completion block or waiters have not all been served yet.
+    var _callbacksPending: Bool {
+        get { _flags.contains(.callbacksPending) }
+        set { _flags.set(.callbacksPending, newValue) }
+    }
+    /// Whether the job has exclusivity categories (in its extras), so that claiming it must take them.
+    var _isExclusive: Bool {
+        get { _flags.contains(.isExclusive) }
+        set { _flags.set(.isExclusive, newValue) }
+    }
+    /// Whether the job's work runs on its `executionQueue` rather than on the worker.
+    var _runsElsewhere: Bool {
+        get { _flags.contains(.runsElsewhere) }
+        set { _flags.set(.runsElsewhere, newValue) }
+    }
+
     /// Dependents in `_dependents` that finished first (cancelled); compacted away in bulk.
-    @exclusivity(unchecked) var _finishedDependents: Int32 = 0
-    @exclusivity(unchecked) var _name: String?
+    var _finishedDependents: Int32 {
+        get { _details?.finishedDependents ?? 0 }
+        set {
+            if newValue != 0 || _details != nil { _detailsLocked.finishedDependents = newValue }
+        }
+    }
+
+    var _name: String? {
+        get { _details?.name }
+        set {
+            if newValue != nil || _details != nil { _detailsLocked.name = newValue }
+        }
+    }
 
     /// The batch wait of `addJobs(_:waitUntilFinished: true)` this job counts in, until it settles.
-    /// In the job itself, not in its extras: a batch's jobs would otherwise each allocate extras.
-    @exclusivity(unchecked) var _batch: _BatchWait?
+    var _batch: _BatchWait? {
+        get { _details?.batch }
+        set {
+            if newValue != nil || _details != nil { _detailsLocked.batch = newValue }
+        }
+    }
 
     /// The outcome's payloads (a failure's error, a cancellation reason's detail and responsible
-    /// job), allocated only when there is one. Kept after the job finishes, for ``outcome``.
-    @exclusivity(unchecked) var _outcomeDetails: _OutcomeDetails?
+    /// job), in `_details`. Kept after the job finishes, for ``outcome``.
+    var _outcomeDetails: _JobDetails? { _details }
 
     /// The lifecycle's state, read under `engineLock`.
     var _state: JobState { _lifecycle.state }
@@ -65,7 +106,17 @@ open class Job: @unchecked Sendable {
 
     // MARK: Dependency graph (guarded by engineLock)
     /// Position in the incremental topological order: every unfinished dependency has a smaller one.
-    @exclusivity(unchecked) var _order: UInt64
+    /// The job's id until Pearce–Kelly moves it; a moved order is kept in `_details`.
+    var _order: UInt64 {
+        get { _details?.movedOrder ?? id }
+        set {
+            if let details = _details {
+                details.movedOrder = newValue
+            } else if newValue != id {
+                _detailsLocked.movedOrder = newValue
+            }
+        }
+    }
     /// Jobs this job waits for. Strong, like Foundation's, until this job finishes; then dropped, so
     /// that finished graphs free in any order and without recursion.
     @exclusivity(unchecked) var _dependencies = _JobList()
@@ -96,7 +147,6 @@ open class Job: @unchecked Sendable {
     /// Creates a job in the `ready` state.
     public init() {
         id = nextJobID.wrappingAdd(1, ordering: .relaxed).oldValue
-        _order = id
         finishesWhenExecuteReturns = true
     }
 
@@ -105,7 +155,6 @@ open class Job: @unchecked Sendable {
     /// whose work completes elsewhere without being ``AsynchronousJob`` subclasses.
     package init(finishesWhenExecuteReturns: Bool) {
         id = nextJobID.wrappingAdd(1, ordering: .relaxed).oldValue
-        _order = id
         self.finishesWhenExecuteReturns = finishesWhenExecuteReturns
     }
 
@@ -306,13 +355,16 @@ open class Job: @unchecked Sendable {
         engineLock.withLock { _extras?.timer }
     }
 
-    /// The outcome's payloads, created on first use. Call with `engineLock` held.
-    var _outcomeDetailsLocked: _OutcomeDetails {
-        if let details = _outcomeDetails { return details }
-        let details = _OutcomeDetails()
-        _outcomeDetails = details
+    /// The job's details, created on first use. Call with `engineLock` held.
+    var _detailsLocked: _JobDetails {
+        if let details = _details { return details }
+        let details = _JobDetails()
+        _details = details
         return details
     }
+
+    /// The outcome's payloads, created on first use. Call with `engineLock` held.
+    var _outcomeDetailsLocked: _JobDetails { _detailsLocked }
 
     // MARK: Cancellation
 
@@ -492,6 +544,12 @@ open class Job: @unchecked Sendable {
                     dependency._dependentFinishedFirstLocked(&actions)
                 }
             }
+        }
+        if let details = _details, !details.blocks.isEmpty {
+            // A `BlockJob`'s list of several blocks, kept for `executionBlocks`: released after
+            // unlocking, since their captures' deinits may run user code.
+            actions.releaseAfterUnlocking(details.blocks)
+            details.blocks = []
         }
         var hasCallbacks = false
         var ownProgress: JobProgress?

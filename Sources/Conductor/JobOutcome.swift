@@ -127,12 +127,38 @@ public enum DependencyPolicy: Sendable, Equatable {
     case requireSuccess
 }
 
-/// The parts of a job's outcome that need storage: a failure's error, a cancellation reason's
-/// detail and responsible job. Allocated only for a job that has one of them.
+/// What only some jobs need, kept beside the job so that a plain `BlockJob` stays in a 128-byte
+/// malloc chunk: the outcome's payloads (a failure's error, a cancellation reason's detail and
+/// responsible job), a name, a batch wait, an order moved by Pearce–Kelly, a `BlockJob`'s blocks
+/// when it has several, and a count of dependents that finished first. Allocated on first use.
 // @unchecked Sendable: every stored property is guarded by `engineLock`, and so
 // `@exclusivity(unchecked)`, like `Job`'s own.
-final class _OutcomeDetails: @unchecked Sendable {
+final class _JobDetails: @unchecked Sendable {
     @exclusivity(unchecked) var error: (any Error)?
     @exclusivity(unchecked) var detail: String?
     @exclusivity(unchecked) var responsibleJob: String?
+    @exclusivity(unchecked) var name: String?
+    /// Until the job settles.
+    @exclusivity(unchecked) var batch: _BatchWait?
+    @exclusivity(unchecked) var movedOrder: UInt64?
+    /// Every block of a `BlockJob` that has more than one, for `executionBlocks` and for releasing
+    /// them when the job finishes; the job runs them through one closure (see `BlockJob`).
+    @exclusivity(unchecked) var blocks: [@Sendable () -> Void] = []
+    @exclusivity(unchecked) var finishedDependents: Int32 = 0
+}
+
+/// A job's one-bit flags, in one byte. Guarded by `engineLock`, like the job's other fields.
+struct _JobFlags: OptionSet, Sendable {
+    let rawValue: UInt8
+
+    static let isBarrier = _JobFlags(rawValue: 1 << 0)
+    static let admitted = _JobFlags(rawValue: 1 << 1)
+    static let callbacksPending = _JobFlags(rawValue: 1 << 2)
+    static let isExclusive = _JobFlags(rawValue: 1 << 3)
+    static let runsElsewhere = _JobFlags(rawValue: 1 << 4)
+
+    @inline(__always)
+    mutating func set(_ flag: _JobFlags, _ on: Bool) {
+        if on { insert(flag) } else { remove(flag) }
+    }
 }

@@ -414,6 +414,9 @@ extension JobQueue {
         while let job = next {
             context.pointee.job = Unmanaged.passUnretained(job)
             var failure: (any Error)?
+            // Read without the lock. The job's flags byte is written only under it, and nothing
+            // writes this job's flags between its claim (by this thread, under the lock) and the
+            // start of its work; its finish, which does, comes after.
             let ranHere = !job._runsElsewhere
             if ranHere {
                 do {

@@ -21,7 +21,7 @@ package struct _WaitReasons: Equatable, Sendable {
 }
 
 /// How a job ended, as the lifecycle records it. The payloads (the error, the reason's text) are
-/// kept beside it, in the job's `_OutcomeDetails`, so that a job that succeeds pays one byte.
+/// kept beside it, in the job's `_details`, so that a job that succeeds pays one byte.
 package enum _OutcomeKind: UInt8, Sendable {
     case succeeded
     case failed

@@ -4,6 +4,12 @@ import Dispatch
 import Synchronization
 import Testing
 
+#if canImport(Glibc)
+    /// glibc's `malloc_usable_size`, which its Swift module does not export.
+    @_silgen_name("malloc_usable_size")
+    private func mallocUsableSize(_ pointer: UnsafeMutableRawPointer?) -> Int
+#endif
+
 // Lifecycle tests: the state machine, cancellation, finish() edge cases, events, completion blocks,
 // waiters, BlockJob and TaskJob. See Docs/Concepts.md.
 //
@@ -541,6 +547,42 @@ struct JobTests {
         #expect(job.executionBlocks.isEmpty)
         holder.job = nil
     }
+
+    @Test("a BlockJob with several blocks lets their captures go when it finishes, though the job lives on")
+    func blockJobReleasesSeveralBlocks() async {
+        // Several blocks run through one closure, and their list is kept beside the job for
+        // `executionBlocks`; finishing releases that list too.
+        let runs = Counter()
+        weak var weakCapture: Counter?
+        let job: BlockJob
+        do {
+            let capture = Counter()
+            weakCapture = capture
+            job = BlockJob { runs.increment() }
+            job.addExecutionBlock {
+                capture.increment()
+                runs.increment()
+            }
+            job.addExecutionBlock { runs.increment() }
+        }
+        #expect(job.executionBlocks.count == 3)
+        let queue = JobQueue(name: "several-blocks")
+        queue.addJob(job)
+        await job.waitUntilFinished()
+        #expect(runs.value == 3)
+        #expect(weakCapture == nil, "the blocks' captures outlived the finished job's run")
+    }
+
+    #if canImport(Glibc)
+        @Test("a BlockJob fits in a 128-byte malloc chunk, the largest glibc frees into its fast bins")
+        func blockJobFitsGlibcsFastBins() {
+            // Freed on a worker, a larger job takes the allocator's lock that the thread adding
+            // jobs takes for every `malloc` (see Docs/Design.md, "Why 120 bytes").
+            let job = BlockJob {}
+            let usable = mallocUsableSize(Unmanaged.passUnretained(job).toOpaque())
+            #expect(usable <= 120, "a BlockJob takes \(usable) usable bytes")
+        }
+    #endif
 
     @Test("execute() called directly runs a BlockJob's and an AsyncBlockJob's work once, and releases it")
     func directExecuteTakesTheWorkOnce() {
