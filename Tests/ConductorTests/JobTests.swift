@@ -5,9 +5,13 @@ import Synchronization
 import Testing
 
 #if canImport(Glibc)
-    /// glibc's `malloc_usable_size`, which its Swift module does not export.
-    @_silgen_name("malloc_usable_size")
-    private func mallocUsableSize(_ pointer: UnsafeMutableRawPointer?) -> Int
+    /// The size of an instance of `type`, from its class metadata (Swift's layout without
+    /// Objective-C interop: kind, superclass, flags and instance address point, then the size).
+    /// `malloc_usable_size` would not do: glibc may hand out a larger free chunk than asked for.
+    private func instanceSize(_ type: AnyClass) -> Int {
+        let metadata = unsafeBitCast(type, to: UnsafeRawPointer.self)
+        return Int(metadata.load(fromByteOffset: 24, as: UInt32.self))
+    }
 #endif
 
 // Lifecycle tests: the state machine, cancellation, finish() edge cases, events, completion blocks,
@@ -578,9 +582,12 @@ struct JobTests {
         func blockJobFitsGlibcsFastBins() {
             // Freed on a worker, a larger job takes the allocator's lock that the thread adding
             // jobs takes for every `malloc` (see Docs/Design.md, "Why 120 bytes").
-            let job = BlockJob {}
-            let usable = mallocUsableSize(Unmanaged.passUnretained(job).toOpaque())
-            #expect(usable <= 120, "a BlockJob takes \(usable) usable bytes")
+            #expect(instanceSize(BlockJob.self) <= 120, "a BlockJob is \(instanceSize(BlockJob.self)) bytes")
+            #expect(
+                instanceSize(AsyncBlockJob.self) <= 120, "an AsyncBlockJob is \(instanceSize(AsyncBlockJob.self)) bytes"
+            )
+            // The reading itself: a class of known size.
+            #expect(instanceSize(_SizeProbe.self) == 32)
         }
     #endif
 
@@ -869,4 +876,10 @@ private final class CancellationWaiter: @unchecked Sendable {
         }
         continuation?.resume()
     }
+}
+
+/// Two words after the object header: 32 bytes.
+private final class _SizeProbe {
+    var first = 0
+    var second = 0
 }
