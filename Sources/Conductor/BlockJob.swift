@@ -8,7 +8,7 @@ import Dispatch
 public final class BlockJob: Job, @unchecked Sendable {
     // Guarded by engineLock until the job starts; from then on owned by the thread running it (see
     // `takeBlock()`). A one-block job keeps its block here and allocates nothing else; a job with
-    // several keeps here one closure that runs them all, and the list in `_details`.
+    // several keeps here one closure that runs them all, and their list in `_details`.
     @exclusivity(unchecked) private var firstBlock: (@Sendable () -> Void)?
 
     /// Creates a job that runs `block`.
@@ -18,6 +18,8 @@ public final class BlockJob: Job, @unchecked Sendable {
     }
 
     /// Adds a block to run. Adding one after the job has started is a programming error and traps.
+    ///
+    /// - Complexity: O(1) amortized.
     public func addExecutionBlock(_ block: @escaping @Sendable () -> Void) {
         engineLock.lock()
         guard _lifecycle.isUnstarted else {
@@ -26,25 +28,23 @@ public final class BlockJob: Job, @unchecked Sendable {
             _trap("BlockJob.addExecutionBlock(_:): '\(name)' has already started or finished")
         }
         let details = _detailsLocked
-        if details.blocks.isEmpty, let firstBlock {
-            details.blocks = [firstBlock]
+        if let list = details.blockList {
+            list.blocks.append(block)
+        } else {
+            let list = _BlockList(firstBlock.map { [$0, block] } ?? [block])
+            details.blockList = list
+            firstBlock = BlockJob.runner(list, of: self)
         }
-        details.blocks.append(block)
-        firstBlock = BlockJob.runner(details.blocks, of: self)
         engineLock.unlock()
     }
 
-    /// One closure that runs `blocks` at once, on as many threads as Dispatch gives it; the blocks
-    /// that land on other threads see the same `JobQueue.current` and current job.
-    private static func runner(
-        _ blocks: [@Sendable () -> Void], of job: BlockJob
-    ) -> @Sendable () -> Void {
+    /// The closure a job with several blocks runs: it takes the list (the thread that claimed the
+    /// job owns it, as it owns `firstBlock`) and runs them, so the blocks are released as they
+    /// were before they were several, when they have run.
+    private static func runner(_ list: _BlockList, of job: BlockJob) -> @Sendable () -> Void {
         // Unowned: the closure is the job's own, and runs only while the job runs.
         { [unowned job] in
-            let queue = _ThreadContext.queue
-            DispatchQueue.concurrentPerform(iterations: blocks.count) { index in
-                _ThreadContext.withContext(queue: queue, job: job, blocks[index])
-            }
+            job.runAll(list.take())
         }
     }
 
@@ -55,8 +55,8 @@ public final class BlockJob: Job, @unchecked Sendable {
         engineLock.withLock {
             // Once started, the blocks belong to the running thread; do not touch them here.
             guard _lifecycle.isUnstarted, let firstBlock else { return [] }
-            if let blocks = _details?.blocks, !blocks.isEmpty {
-                return blocks
+            if let list = _details?.blockList {
+                return list.blocks
             }
             return [firstBlock]
         }
@@ -64,33 +64,37 @@ public final class BlockJob: Job, @unchecked Sendable {
 
     /// Moves the block (or the closure running the blocks) out, releasing it from the job.
     ///
-    /// The thread that claimed the job under the engine lock owns its block from then on:
-    /// `addExecutionBlock` traps and `executionBlocks` does not read it. So that thread
-    /// (`_executeClaimed()`) takes it without the lock, which saves a lock round trip per job on
-    /// the hot path. A direct call of `execute()` is no claim: it takes it under the lock, and only
-    /// while the job has not started. The list of several blocks in `_details` is released when the
-    /// job finishes (or, for a direct call, when the blocks are taken).
+    /// The thread that claimed the job under the engine lock owns its blocks from then on:
+    /// `addExecutionBlock` traps and `executionBlocks` does not read them. So that thread
+    /// (`_executeClaimed()`) takes them without the lock, which saves a lock round trip per job on
+    /// the hot path. A direct call of `execute()` is no claim: it takes them under the lock, and only
+    /// while the job has not started.
     private func takeBlock() -> (@Sendable () -> Void)? {
         firstBlock.take()
     }
 
     override func _discardWorkLocked(_ actions: inout _Actions) {
         actions.releaseAfterUnlocking(block: firstBlock.take())
+        if let blocks = _details?.blockList?.take(), !blocks.isEmpty {
+            actions.releaseAfterUnlocking(blocks)
+        }
     }
 
     /// Runs the blocks, when called directly on a job that has not started. The blocks are taken
     /// as they run, so they run once; on a job a queue or ``Job/start()`` has started, the blocks
     /// belong to that run, and a direct call runs nothing.
     public override func execute() {
-        var list: [@Sendable () -> Void] = []
         engineLock.lock()
         let block = _lifecycle.isUnstarted ? takeBlock() : nil
-        if block != nil, let details = _details {
-            swap(&list, &details.blocks)
-        }
+        // Several blocks: their list is taken here, under the lock, since the job is not claimed and
+        // `executionBlocks` may read it meanwhile; the closure that would take it is dropped.
+        let blocks = block != nil ? _details?.blockList?.take() : nil
         engineLock.unlock()
-        list = []  // released after unlocking: the blocks' captures may run deinits
-        run(block)
+        if let blocks {
+            runAll(blocks)
+        } else {
+            run(block)
+        }
     }
 
     override func _executeClaimed() {
@@ -102,6 +106,37 @@ public final class BlockJob: Job, @unchecked Sendable {
     private func run(_ block: consuming (@Sendable () -> Void)?) {
         guard let block else { return }
         block()
+    }
+
+    /// Runs `blocks` at once, on as many threads as Dispatch gives it; blocks that land on other
+    /// threads see the same `JobQueue.current` and current job. Consumes them: they are released
+    /// when they have run.
+    private func runAll(_ blocks: consuming [@Sendable () -> Void]) {
+        let blocks = blocks
+        let queue = _ThreadContext.queue
+        DispatchQueue.concurrentPerform(iterations: blocks.count) { index in
+            _ThreadContext.withContext(queue: queue, job: self, blocks[index])
+        }
+    }
+}
+
+/// The blocks of a `BlockJob` that has several: in the job's details for `executionBlocks` and for
+/// releasing them unrun, and in the closure that runs them.
+// @unchecked Sendable: `blocks` is guarded by `engineLock` until the job is claimed (or taken by a
+// direct `execute()` under the lock); from then on it belongs to the thread running the job, as the
+// job's `firstBlock` does.
+final class _BlockList: @unchecked Sendable {
+    @exclusivity(unchecked) var blocks: [@Sendable () -> Void]
+
+    init(_ blocks: [@Sendable () -> Void]) {
+        self.blocks = blocks
+    }
+
+    /// Moves the blocks out.
+    func take() -> [@Sendable () -> Void] {
+        let taken = blocks
+        blocks = []
+        return taken
     }
 }
 

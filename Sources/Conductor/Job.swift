@@ -545,12 +545,6 @@ open class Job: @unchecked Sendable {
                 }
             }
         }
-        if let details = _details, !details.blocks.isEmpty {
-            // A `BlockJob`'s list of several blocks, kept for `executionBlocks`: released after
-            // unlocking, since their captures' deinits may run user code.
-            actions.releaseAfterUnlocking(details.blocks)
-            details.blocks = []
-        }
         var hasCallbacks = false
         var ownProgress: JobProgress?
         if let extras = _extras {

@@ -141,9 +141,8 @@ final class _JobDetails: @unchecked Sendable {
     /// Until the job settles.
     @exclusivity(unchecked) var batch: _BatchWait?
     @exclusivity(unchecked) var movedOrder: UInt64?
-    /// Every block of a `BlockJob` that has more than one, for `executionBlocks` and for releasing
-    /// them when the job finishes; the job runs them through one closure (see `BlockJob`).
-    @exclusivity(unchecked) var blocks: [@Sendable () -> Void] = []
+    /// Every block of a `BlockJob` that has more than one (see `BlockJob`).
+    @exclusivity(unchecked) var blockList: _BlockList?
     @exclusivity(unchecked) var finishedDependents: Int32 = 0
 }
 

@@ -376,7 +376,7 @@ extension JobQueue {
         let now = _PreciseClock.now()
         var actions = _Actions()
         var standbyTarget: DispatchQueue?
-        var next: Job?
+        var next: _Claim?
         engineLock.lock()
         guard generation == _workerGeneration else {
             engineLock.unlock()
@@ -390,7 +390,7 @@ extension JobQueue {
         if _helperShouldStandByLocked(now: now, &actions) {
             standbyTarget = _standByLocked(now: now)
         } else {
-            next = _claimNextLocked(&actions)
+            next = _claimLocked(&actions)
             if next != nil {
                 _runningWorkers += 1
             }
@@ -411,13 +411,11 @@ extension JobQueue {
         let previousContext = context.pointee
         context.pointee.queue = Unmanaged.passUnretained(self)
         var waitBudget = JobQueue.slotWaitBudget
-        while let job = next {
+        while let claim = next {
+            let job = claim.job
             context.pointee.job = Unmanaged.passUnretained(job)
             var failure: (any Error)?
-            // Read without the lock. The job's flags byte is written only under it, and nothing
-            // writes this job's flags between its claim (by this thread, under the lock) and the
-            // start of its work; its finish, which does, comes after.
-            let ranHere = !job._runsElsewhere
+            let ranHere = !claim.runsElsewhere
             if ranHere {
                 do {
                     try job._executeClaimed()
@@ -462,7 +460,7 @@ extension JobQueue {
                 standbyTarget = _standByLocked(now: window.start)
                 actions.touch(self)
             } else {
-                next = _claimNextLocked(&actions)
+                next = _claimLocked(&actions)
                 if next == nil && waitBudget > 0 && _onlyTheLimitStopsWorkLocked {
                     waitFrom = _beginWaitingForSlotLocked()
                 }
@@ -491,12 +489,12 @@ extension JobQueue {
     /// After running a finished job's callbacks, claims the next job if one may start, handing the
     /// baton as a freshly dispatched worker would. A worker planned meanwhile for the slot finds
     /// nothing and exits.
-    private func _claimAfterCallbacks(generation: UInt64) -> Job? {
+    private func _claimAfterCallbacks(generation: UInt64) -> _Claim? {
         var actions = _Actions()
         engineLock.lock()
-        var claimed: Job?
+        var claimed: _Claim?
         if generation == _workerGeneration {
-            claimed = _claimNextLocked(&actions)
+            claimed = _claimLocked(&actions)
             if claimed == nil {
                 _runningWorkers -= 1  // leaves
             }
@@ -541,7 +539,7 @@ extension JobQueue {
     /// Waits, yielding the processor, until a slot frees or the budget runs out; then claims a job.
     /// Each yield and each failed claim spends budget, so the wait is bounded. Returns the claimed
     /// job, or `nil` when the worker should give its thread back.
-    private func _waitForSlot(from wakeup: UInt64, generation: UInt64, budget: inout Int) -> Job? {
+    private func _waitForSlot(from wakeup: UInt64, generation: UInt64, budget: inout Int) -> _Claim? {
         var wakeup = wakeup
         while true {
             // Yielding, not spinning: on a small machine the thread that will free the slot may
@@ -556,9 +554,9 @@ extension JobQueue {
             engineLock.lock()
             _waitingWorkers -= 1
             _idleWorkers -= 1
-            var claimed: Job?
+            var claimed: _Claim?
             if generation == _workerGeneration {
-                claimed = _claimNextLocked(&actions)
+                claimed = _claimLocked(&actions)
                 if claimed == nil && budget > 0 && _onlyTheLimitStopsWorkLocked {
                     wakeup = _beginWaitingForSlotLocked()
                     keepWaiting = true
@@ -649,6 +647,24 @@ extension JobQueue {
         _jobCount -= 1
         // The caller holds its own reference, so this never frees the job under the lock.
         Unmanaged.passUnretained(job).release()
+    }
+}
+
+/// A job a worker claimed, and whether its work runs on its execution queue. The flag is read in the
+/// claim's critical section: it shares a byte with flags the job's finish writes under the lock,
+/// and an asynchronous job may be finished from another thread (by a `cancel()` override, say)
+/// before the worker starts its work.
+struct _Claim {
+    let job: Job
+    let runsElsewhere: Bool
+}
+
+extension JobQueue {
+    /// `_claimNextLocked`, for a worker. Call with `engineLock` held.
+    @inline(__always)
+    func _claimLocked(_ actions: inout _Actions) -> _Claim? {
+        guard let job = _claimNextLocked(&actions) else { return nil }
+        return _Claim(job: job, runsElsewhere: job._runsElsewhere)
     }
 }
 

@@ -552,16 +552,16 @@ struct JobTests {
         holder.job = nil
     }
 
-    @Test("a BlockJob with several blocks lets their captures go when it finishes, though the job lives on")
+    @Test("a BlockJob with several blocks lets their captures go once they have run, before its completion block")
     func blockJobReleasesSeveralBlocks() async {
-        // Several blocks run through one closure, and their list is kept beside the job for
-        // `executionBlocks`; finishing releases that list too.
+        // Several blocks run through one closure, which takes their list from beside the job; the
+        // blocks are released when they have run, as a single block is, though the job lives on.
         let runs = Counter()
-        weak var weakCapture: Counter?
+        let captured: WeakReference<Counter>
         let job: BlockJob
         do {
             let capture = Counter()
-            weakCapture = capture
+            captured = WeakReference(capture)
             job = BlockJob { runs.increment() }
             job.addExecutionBlock {
                 capture.increment()
@@ -570,11 +570,16 @@ struct JobTests {
             job.addExecutionBlock { runs.increment() }
         }
         #expect(job.executionBlocks.count == 3)
+        let releasedBeforeCompletion = Flag()
+        job.completionBlock = {
+            if captured.object == nil { releasedBeforeCompletion.set() }
+        }
         let queue = JobQueue(name: "several-blocks")
         queue.addJob(job)
         await job.waitUntilFinished()
         #expect(runs.value == 3)
-        #expect(weakCapture == nil, "the blocks' captures outlived the finished job's run")
+        #expect(captured.object == nil, "the blocks' captures outlived the finished job's run")
+        #expect(releasedBeforeCompletion.value, "the blocks' captures were still alive in the completion block")
     }
 
     #if canImport(Glibc)
