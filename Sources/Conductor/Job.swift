@@ -41,10 +41,17 @@ open class Job: @unchecked Sendable {
     /// State, flags and wait reasons; changed only through its events (see `_JobLifecycle`).
     @exclusivity(unchecked) var _lifecycle = _JobLifecycle()
 
-    /// What only some jobs need, allocated on first use and kept for the job's life: a name, the
-    /// outcome's payloads, a batch wait, an order moved by Pearce–Kelly, further blocks of a
-    /// `BlockJob`, a count of dependents that finished first.
-    @exclusivity(unchecked) var _details: _JobDetails?
+    /// What only some jobs need, allocated on first use and kept for the job's life (`_JobDetails`:
+    /// a name, the outcome's payloads, a batch wait, an order moved by Pearce–Kelly, further blocks
+    /// of a `BlockJob`, a count of dependents that finished first); or, while the batch wait is the
+    /// only one, that `_BatchWait` itself.
+    @exclusivity(unchecked) var _side: _JobSide?
+
+    /// The job's details, if it has any beyond a batch wait.
+    var _details: _JobDetails? {
+        guard let side = _side, !side.isBatch else { return nil }
+        return unsafeDowncast(side, to: _JobDetails.self)
+    }
 
     /// Whether this is a queue's barrier, which keeps its place in line even when cancelled.
     var _isBarrier: Bool {
@@ -88,10 +95,19 @@ open class Job: @unchecked Sendable {
     }
 
     /// The batch wait of `addJobs(_:waitUntilFinished: true)` this job counts in, until it settles.
+    /// In the side slot itself while the job has no other details.
     var _batch: _BatchWait? {
-        get { _details?.batch }
+        get {
+            guard let side = _side else { return nil }
+            return side.isBatch
+                ? unsafeDowncast(side, to: _BatchWait.self) : unsafeDowncast(side, to: _JobDetails.self).batch
+        }
         set {
-            if newValue != nil || _details != nil { _detailsLocked.batch = newValue }
+            if let details = _details {
+                details.batch = newValue
+            } else {
+                _side = newValue
+            }
         }
     }
 
@@ -359,7 +375,8 @@ open class Job: @unchecked Sendable {
     var _detailsLocked: _JobDetails {
         if let details = _details { return details }
         let details = _JobDetails()
-        _details = details
+        details.batch = _batch  // a batch wait kept in the slot moves into the details
+        _side = details
         return details
     }
 

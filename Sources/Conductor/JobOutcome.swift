@@ -133,7 +133,7 @@ public enum DependencyPolicy: Sendable, Equatable {
 /// when it has several, and a count of dependents that finished first. Allocated on first use.
 // @unchecked Sendable: every stored property is guarded by `engineLock`, and so
 // `@exclusivity(unchecked)`, like `Job`'s own.
-final class _JobDetails: @unchecked Sendable {
+final class _JobDetails: _JobSide, @unchecked Sendable {
     @exclusivity(unchecked) var error: (any Error)?
     @exclusivity(unchecked) var detail: String?
     @exclusivity(unchecked) var responsibleJob: String?
@@ -144,6 +144,22 @@ final class _JobDetails: @unchecked Sendable {
     /// Every block of a `BlockJob` that has more than one (see `BlockJob`).
     @exclusivity(unchecked) var blockList: _BlockList?
     @exclusivity(unchecked) var finishedDependents: Int32 = 0
+
+    init() {
+        super.init(isBatch: false)
+    }
+}
+
+/// What a job's side slot (`Job._side`) holds: its `_JobDetails`, or, for a job whose only detail
+/// is the batch wait it counts in, that `_BatchWait` itself, so that each job of a waiting batch
+/// allocates nothing. Which one is recorded here, so telling them apart needs no dynamic cast.
+// @unchecked Sendable: immutable; the subclasses say why theirs are safe.
+class _JobSide: @unchecked Sendable {
+    let isBatch: Bool
+
+    init(isBatch: Bool) {
+        self.isBatch = isBatch
+    }
 }
 
 /// A job's one-bit flags, in one byte. Guarded by `engineLock`, like the job's other fields.

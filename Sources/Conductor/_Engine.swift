@@ -374,11 +374,16 @@ enum _Waiter {
 /// when the last of its jobs has settled, so the waiting thread wakes once, not once per job. Each
 /// job of the batch points to it (`Job._batch`) and counts it down, under the engine lock, as it
 /// settles; only the last one hands the signal to `_Actions`.
+/// A job whose only detail is its batch keeps the batch in its side slot itself (see `_JobSide`).
 // @unchecked Sendable: `remaining` is guarded by `engineLock`; the semaphore is thread-safe.
-final class _BatchWait: @unchecked Sendable {
+final class _BatchWait: _JobSide, @unchecked Sendable {
     /// Jobs of the batch not yet settled. Set under the engine lock before any of them can settle.
     var remaining = 0
     let semaphore = DispatchSemaphore(value: 0)
+
+    init() {
+        super.init(isBatch: true)
+    }
 }
 
 /// Per-thread record of the queue and job a thread is running, for `JobQueue.current` and for

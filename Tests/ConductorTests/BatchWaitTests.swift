@@ -31,6 +31,29 @@ import Testing
         #expect(chain.allSatisfy { $0.isFinished && !$0._countsInABatchWait })
     }
 
+    @Test func jobsThatGainDetailsWhileTheBatchWaitsStillCount() async {
+        // A job of a waiting batch keeps the batch in its side slot, allocating nothing, until it
+        // needs details (a name, a failure's error); then the batch moves into them. Each of these
+        // jobs must still count down the batch, or the wait would never return.
+        struct Failure: Error {}
+        let queue = JobQueue(name: "batch-details", maxConcurrentJobCount: 1)
+        let renamed = BlockJob {}
+        let first = BlockJob { renamed.name = "renamed while its batch waited" }
+        let failing = ProbeJob { _ in throw Failure() }
+        let named = BlockJob {}
+        named.name = "named before it joined"
+        let batch: [Job] = [first, renamed, failing, named]
+        await runOnDispatchThread { queue.addJobs(batch, waitUntilFinished: true) }
+        #expect(batch.allSatisfy { $0.isFinished && !$0._countsInABatchWait })
+        #expect(renamed.name == "renamed while its batch waited")
+        #expect(named.name == "named before it joined")
+        guard case .failed(let error)? = failing.outcome else {
+            Issue.record("outcome \(String(describing: failing.outcome))")
+            return
+        }
+        #expect(error is Failure)
+    }
+
     @Test func returnsOnlyAfterEveryCompletionBlockRan() async {
         let queue = JobQueue(name: "batch-completions", maxConcurrentJobCount: 2)
         let completions = Counter()
