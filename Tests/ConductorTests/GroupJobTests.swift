@@ -332,6 +332,30 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(JobQueue._exclusivityCategoriesInUse(among: ["gc-disk", "gc-net"]) == 0)
     }
 
+    @Test func aJobRefusedItsCategoryInsideAGroupLetsItsWorkGo() async {
+        // Refused, the job fails without running its work; the work must be released then, as a
+        // cancelled job's is, or a block that captures its job keeps both alive.
+        let queue = JobQueue(name: "refused-work")
+        let captured: WeakReference<Counter>
+        let refused: BlockJob
+        do {
+            let capture = Counter()
+            captured = WeakReference(capture)
+            refused = BlockJob { capture.increment() }
+        }
+        refused.exclusivityCategories = ["rw-net"]
+        let group = GroupJob(name: "rw group", jobs: [refused])
+        group.exclusivityCategories = ["rw-disk"]
+        queue.addJob(group)
+        await queue.waitUntilAllJobsAreFinished()
+        guard case .failed(let error as JobError)? = refused.outcome else {
+            Issue.record("the refused job: \(String(describing: refused.outcome))")
+            return
+        }
+        #expect(error.code == .categoryNotHeldByGroup)
+        #expect(captured.object == nil, "the refused job's block (and what it captured) outlived its finish")
+    }
+
     @Test func aFinishedGroupIsFreedWithItsChildren() async {
         let (queue, worker) = makeJobQueueOnSerialWorker("group-freed")
         let (group, child): (WeakReference<GroupJob>, WeakReference<Job>) = {
