@@ -149,7 +149,7 @@ final class _BlockList: @unchecked Sendable {
 /// ```
 public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
     // Guarded by engineLock until the job starts; then owned by the thread running it (see
-    // `BlockJob.takeBlocks()`). Released when the job starts.
+    // `BlockJob.takeBlock()`). Released when the job starts.
     @exclusivity(unchecked) private var body: (@Sendable (AsyncBlockJob) -> Void)?
 
     /// Creates a job that runs `body` and finishes when `body`'s work calls `finish()`.
@@ -173,7 +173,7 @@ public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
     }
 
     override func _executeClaimed() {
-        // Claimed: the body is this thread's (see `BlockJob.takeBlocks()`).
+        // Claimed: the body is this thread's (see `BlockJob.takeBlock()`).
         let body = self.body.take()
         body?(self)
     }
@@ -202,7 +202,7 @@ public final class TaskJob: Job, @unchecked Sendable {
     /// The error the body threw, other than `CancellationError`; `nil` if it returned normally.
     /// The same error as in ``Job/outcome``'s `.failed`.
     public var error: (any Error)? {
-        engineLock.withLock { _lifecycle.outcome == .failed ? _outcomeDetails?.error : nil }
+        engineLock.withLock { _lifecycle.outcome == .failed ? _details?.error : nil }
     }
 
     override var _taskRunner: _TaskRunner? { runner }

@@ -94,7 +94,7 @@ public final class GroupJob: Job, @unchecked Sendable {
                 unfinished += 1
                 actions.touch(children)
                 actions.planWorkersLocked()
-            } else if job._lifecycle.outcome == .failed, let error = job._outcomeDetails?.error {
+            } else if job._lifecycle.outcome == .failed, let error = job._details?.error {
                 failures.append((job._describeLocked, error))
             }
         }

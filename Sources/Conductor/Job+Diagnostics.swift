@@ -138,7 +138,7 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
             switch _lifecycle.outcome {
             case .failed:
                 text.append("failed: ")
-                if let error = _outcomeDetails?.error { text.append(.error(error)) }
+                if let error = _details?.error { text.append(.error(error)) }
             case .cancelled:
                 text.append("cancelled (\(_cancellationReasonLocked?.description ?? "requested"))")
             default:

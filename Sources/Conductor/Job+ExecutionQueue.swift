@@ -67,20 +67,13 @@ extension Job {
         if let refusedGroup = self as? GroupJob {
             refusedGroup._cancelChildrenBecauseRefused()
         }
-        // Its work never runs: let it go now, as a job cancelled before it started does. A block
-        // that captured the job would otherwise keep both alive.
-        var actions = _Actions()
-        engineLock.lock()
-        if _state == .executing {
-            _discardWorkLocked(&actions)
-        }
-        engineLock.unlock()
-        actions.perform()
         let situation = "names the exclusivity category '\(category)', which"
-        // A job cancelled meanwhile keeps its own reason, as any cancelled job does.
+        // A job cancelled meanwhile keeps its own reason, as any cancelled job does. Its work never
+        // runs: it is let go now, or a block that captured the job would keep both alive.
         _finish(
             failure: isCancelled
-                ? nil : JobError(code: .categoryNotHeldByGroup, jobs: [self, group], situation: situation))
+                ? nil : JobError(code: .categoryNotHeldByGroup, jobs: [self, group], situation: situation),
+            discardingWork: true)
     }
 }
 

@@ -111,10 +111,6 @@ open class Job: @unchecked Sendable {
         }
     }
 
-    /// The outcome's payloads (a failure's error, a cancellation reason's detail and responsible
-    /// job), in `_details`. Kept after the job finishes, for ``outcome``.
-    var _outcomeDetails: _JobDetails? { _details }
-
     /// The lifecycle's state, read under `engineLock`.
     var _state: JobState { _lifecycle.state }
     /// Whether the job was cancelled, read under `engineLock`.
@@ -327,7 +323,7 @@ open class Job: @unchecked Sendable {
         switch _lifecycle.outcome {
         case nil: nil
         case .succeeded: .succeeded
-        case .failed: .failed(_outcomeDetails!.error!)
+        case .failed: .failed(_details!.error!)
         case .cancelled: .cancelled(_cancellationReasonLocked!)
         }
     }
@@ -335,7 +331,7 @@ open class Job: @unchecked Sendable {
     var _cancellationReasonLocked: CancellationReason? {
         guard let code = _lifecycle.cancellationCode else { return nil }
         return CancellationReason(
-            code: code, detail: _outcomeDetails?.detail, responsibleJob: _outcomeDetails?.responsibleJob)
+            code: code, detail: _details?.detail, responsibleJob: _details?.responsibleJob)
     }
 
     /// The longest the job may execute, or `nil` (the default) for no limit.
@@ -379,9 +375,6 @@ open class Job: @unchecked Sendable {
         _side = details
         return details
     }
-
-    /// The outcome's payloads, created on first use. Call with `engineLock` held.
-    var _outcomeDetailsLocked: _JobDetails { _detailsLocked }
 
     // MARK: Cancellation
 
@@ -449,7 +442,7 @@ open class Job: @unchecked Sendable {
             return false
         }
         if reason.detail != nil || reason.responsibleJob != nil {
-            let details = _outcomeDetailsLocked
+            let details = _detailsLocked
             details.detail = reason.detail
             details.responsibleJob = reason.responsibleJob
         }
@@ -511,10 +504,16 @@ open class Job: @unchecked Sendable {
     /// Finishes an executing job from outside the lock, failed if `failure` is an error other than
     /// `CancellationError`; does nothing if it is not executing. `package` for adapters in this
     /// package; users call ``AsynchronousJob/finish()``.
-    package func _finish(failure: (any Error)? = nil) {
+    ///
+    /// - Parameter discardingWork: The job's work never ran (its exclusivity category was refused):
+    ///   release it now, as for a job cancelled before it started.
+    package func _finish(failure: (any Error)? = nil, discardingWork: Bool = false) {
         var actions = _Actions()
         engineLock.lock()
         if _state == .executing {
+            if discardingWork {
+                _discardWorkLocked(&actions)
+            }
             _finishLocked(failure: failure, &actions)
         }
         actions.planWorkersLocked()
@@ -539,7 +538,7 @@ open class Job: @unchecked Sendable {
             }
             _finishLocked(&actions)
         } else {
-            _outcomeDetailsLocked.error = failure
+            _detailsLocked.error = failure
             _finishLocked(failed: true, &actions)
         }
     }

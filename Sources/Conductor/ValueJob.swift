@@ -39,7 +39,7 @@ public final class ValueJob<Value: Sendable>: Job, @unchecked Sendable {
             switch _lifecycle.outcome {
             case nil: nil
             case .succeeded: .success(box.value!)
-            case .failed: .failure(_outcomeDetails!.error!)
+            case .failed: .failure(_details!.error!)
             case .cancelled: .failure(CancellationError())
             }
         }
