@@ -10,10 +10,10 @@ import Synchronization
     import Darwin
 #endif
 
-// Small thread-safe helpers shared by the test targets. Locks are pthread mutexes, not
+// Small thread-safe helpers shared by the test targets. Locks are the engine's `_Lock`, not
 // `Synchronization.Mutex`: ThreadSanitizer cannot see `Mutex` on Linux and reports false races.
 
-/// A value guarded by a pthread mutex (the engine's own `_Lock`).
+/// A value guarded by the engine's own `_Lock`.
 package typealias Locked = _LockedValue
 
 /// A thread-safe, append-only log.

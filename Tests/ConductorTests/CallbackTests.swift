@@ -72,8 +72,8 @@ import Testing
 
     @Test func anObserverRemovedDuringADeliveryIsReleasedAfterUnlocking() async {
         // The removed observer's captured object touches the engine in its deinit. Debug builds
-        // use an error-checking mutex, so had the deinit run under the engine lock, taking it again
-        // on the same thread would trap; the child process must exit normally.
+        // record the lock's holder, so had the deinit run under the engine lock, taking it again on
+        // the same thread would trap; the child process must exit normally.
         await #expect(processExitsWith: .success) {
             final class TouchesTheEngine: Sendable {
                 let job: Job

@@ -1,0 +1,92 @@
+import Conductor
+import ConductorTestSupport
+import Dispatch
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// A total that only a `_Lock` guards, to find lost updates.
+// @unchecked Sendable: `value` is read and written only with the test's lock held.
+private final class GuardedTotal: @unchecked Sendable {
+    var value = 0
+}
+
+// The engine's lock (`_Lock`; Docs/Design.md, "One engine lock"): one atomic word while it is free,
+// a condition variable to sleep on while it is not. Every thread that blocks is a Dispatch thread.
+@Suite struct LockTests {
+    /// Four threads on two cores add to a total under the lock, each holding it across a yield now
+    /// and then, so that the others run out of spins and sleep: no increment is lost.
+    @Test(.timeLimit(.minutes(1)))
+    func contendedAcquisitionsExcludeEachOther() async {
+        let lock = _Lock()
+        let total = GuardedTotal()
+        let threads = 4
+        let rounds = 20_000
+        let done = DispatchSemaphore(value: 0)
+        for thread in 0..<threads {
+            DispatchQueue(label: "LockTests.adder.\(thread)").async {
+                for round in 0..<rounds {
+                    lock.lock()
+                    let before = total.value
+                    if round % 64 == 0 {
+                        sched_yield()  // Held across a yield: another thread may take the processor and wait.
+                    }
+                    total.value = before + 1
+                    lock.unlock()
+                }
+                done.signal()
+            }
+        }
+        await waitForSignals(done, count: threads)
+        #expect(lock.withLock { total.value } == threads * rounds)
+    }
+
+    /// A thread that finds the lock held goes to sleep on it (it marks the lock, state 2, only on its
+    /// way to sleep), and the holder's release wakes it.
+    @Test(.timeLimit(.minutes(1)))
+    func aReleaseWakesAThreadAsleepOnTheLock() async {
+        let lock = _Lock()
+        let held = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let acquired = DispatchSemaphore(value: 0)
+        DispatchQueue(label: "LockTests.holder").async {
+            lock.lock()
+            held.signal()
+            release.wait()
+            lock.unlock()
+        }
+        await waitForSignals(held)
+        DispatchQueue(label: "LockTests.sleeper").async {
+            lock.lock()
+            lock.unlock()
+            acquired.signal()
+        }
+        while !lock._hasSleeper {
+            await Task.yield()
+        }
+        release.signal()
+        await waitForSignals(acquired)
+        #expect(!lock._hasSleeper)
+        // Free again: a plain acquisition succeeds.
+        #expect(lock.withLock { true })
+    }
+
+    #if DEBUG
+        /// In debug builds (`CONDUCTOR_INVARIANTS`), taking the lock again on the thread that holds it
+        /// traps with a message, where a release build would deadlock.
+        @Test func aRecursiveAcquisitionTrapsInDebugBuilds() async {
+            let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+                let lock = _Lock()
+                lock.lock()
+                lock.lock()
+            }
+            #expect(standardErrorText(result).contains("acquired recursively"))
+        }
+    #endif
+}
