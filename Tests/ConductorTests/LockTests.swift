@@ -67,26 +67,80 @@ private final class GuardedTotal: @unchecked Sendable {
             lock.unlock()
             acquired.signal()
         }
-        while !lock._hasSleeper {
+        while lock._sleepingThreads < 1 {
             await Task.yield()
         }
+        #expect(lock._hasSleeper)
         release.signal()
         await waitForSignals(acquired)
         #expect(!lock._hasSleeper)
+        #expect(lock._sleepingThreads == 0)
         // Free again: a plain acquisition succeeds.
         #expect(lock.withLock { true })
+    }
+
+    /// Three threads asleep on the lock at once are each woken in turn: the thread woken first
+    /// takes the lock keeping its mark, so that its release wakes the next.
+    @Test(.timeLimit(.minutes(1)))
+    func everyThreadAsleepOnTheLockIsWoken() async {
+        let lock = _Lock()
+        let total = GuardedTotal()
+        let sleepers = 3
+        let held = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let acquired = DispatchSemaphore(value: 0)
+        DispatchQueue(label: "LockTests.holder").async {
+            lock.lock()
+            held.signal()
+            release.wait()
+            lock.unlock()
+        }
+        await waitForSignals(held)
+        for sleeper in 0..<sleepers {
+            DispatchQueue(label: "LockTests.sleeper.\(sleeper)").async {
+                lock.lock()
+                total.value += 1
+                lock.unlock()
+                acquired.signal()
+            }
+        }
+        while lock._sleepingThreads < sleepers {
+            await Task.yield()
+        }
+        release.signal()
+        await waitForSignals(acquired, count: sleepers)
+        #expect(lock.withLock { total.value } == sleepers)
+        #expect(lock._sleepingThreads == 0)
     }
 
     #if DEBUG
         /// In debug builds (`CONDUCTOR_INVARIANTS`), taking the lock again on the thread that holds it
         /// traps with a message, where a release build would deadlock.
-        @Test func aRecursiveAcquisitionTrapsInDebugBuilds() async {
+        @Test(.timeLimit(.minutes(1)))
+        func aRecursiveAcquisitionTrapsInDebugBuilds() async {
             let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
                 let lock = _Lock()
                 lock.lock()
                 lock.lock()
             }
             #expect(standardErrorText(result).contains("acquired recursively"))
+        }
+
+        /// In debug builds, releasing the lock from a thread that does not hold it traps with a
+        /// message, where a release build would let two threads in at once.
+        @Test(.timeLimit(.minutes(1)))
+        func aReleaseByAnotherThreadTrapsInDebugBuilds() async {
+            let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+                let lock = _Lock()
+                lock.lock()
+                let released = DispatchSemaphore(value: 0)
+                DispatchQueue(label: "LockTests.stranger").async {
+                    lock.unlock()
+                    released.signal()
+                }
+                await waitForSignals(released)
+            }
+            #expect(standardErrorText(result).contains("released by a thread that does not hold it"))
         }
     #endif
 }
