@@ -47,45 +47,13 @@ private final class GuardedTotal: @unchecked Sendable {
         #expect(lock.withLock { total.value } == threads * rounds)
     }
 
-    /// A thread that finds the lock held goes to sleep on it (it marks the lock, state 2, only on its
-    /// way to sleep), and the holder's release wakes it.
-    @Test(.timeLimit(.minutes(1)))
-    func aReleaseWakesAThreadAsleepOnTheLock() async {
-        let lock = _Lock()
-        let held = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-        let acquired = DispatchSemaphore(value: 0)
-        DispatchQueue(label: "LockTests.holder").async {
-            lock.lock()
-            held.signal()
-            release.wait()
-            lock.unlock()
-        }
-        await waitForSignals(held)
-        DispatchQueue(label: "LockTests.sleeper").async {
-            lock.lock()
-            lock.unlock()
-            acquired.signal()
-        }
-        while lock._sleepingThreads < 1 {
-            await Task.yield()
-        }
-        #expect(lock._hasSleeper)
-        release.signal()
-        await waitForSignals(acquired)
-        #expect(!lock._hasSleeper)
-        #expect(lock._sleepingThreads == 0)
-        // Free again: a plain acquisition succeeds.
-        #expect(lock.withLock { true })
-    }
-
-    /// Three threads asleep on the lock at once are each woken in turn: the thread woken first
-    /// takes the lock keeping its mark, so that its release wakes the next.
-    @Test(.timeLimit(.minutes(1)))
-    func everyThreadAsleepOnTheLockIsWoken() async {
+    /// Threads that find the lock held go to sleep on it (the first marks the lock, state 2, on its
+    /// way to sleep), and the holder's release wakes them all in turn: each thread woken takes the
+    /// lock keeping the mark, so that its own release wakes the next.
+    @Test(.timeLimit(.minutes(1)), arguments: [1, 3])
+    func threadsAsleepOnTheLockAreWokenInTurn(sleepers: Int) async {
         let lock = _Lock()
         let total = GuardedTotal()
-        let sleepers = 3
         let held = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
         let acquired = DispatchSemaphore(value: 0)
@@ -107,9 +75,11 @@ private final class GuardedTotal: @unchecked Sendable {
         while lock._sleepingThreads < sleepers {
             await Task.yield()
         }
+        #expect(lock._hasSleeper)
         release.signal()
         await waitForSignals(acquired, count: sleepers)
         #expect(lock.withLock { total.value } == sleepers)
+        #expect(!lock._hasSleeper)
         #expect(lock._sleepingThreads == 0)
     }
 
