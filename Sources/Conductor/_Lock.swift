@@ -48,10 +48,10 @@ package final class _Lock: @unchecked Sendable {
     #endif
 
     /// How many times a thread that finds the lock held checks it again before it sleeps: about
-    /// 2.7 µs on the 2-core machine while the word does not change. Critical sections are a few hundred
-    /// nanoseconds, so most contended acquisitions succeed within the spin, without a system call
-    /// on either side; sleeping and being woken costs microseconds on both. Measured: 1,000 checks
-    /// made two workers contending on short jobs (`fan`, `exclusive`, `group`) slower than the
+    /// 2.7 µs on the 2-core machine while the word does not change. Critical sections are a few
+    /// hundred nanoseconds, so most contended acquisitions succeed within the spin, without a system
+    /// call on either side; sleeping and being woken costs microseconds on both. Measured: 1,000
+    /// checks made two workers trading the lock on short jobs (`exclusive`, `group`) slower than the
     /// pthread mutex this replaced; 10,000 made them faster.
     private static let spins = 10_000
 

@@ -21,7 +21,7 @@ private final class GuardedTotal: @unchecked Sendable {
 // a condition variable to sleep on while it is not. Every thread that blocks is a Dispatch thread.
 @Suite struct LockTests {
     /// Four threads on two cores add to a total under the lock, each holding it across a yield now
-    /// and then, so that the others run out of spins and sleep: no increment is lost.
+    /// and then, so that the others may run out of spins and sleep: no increment is lost.
     @Test(.timeLimit(.minutes(1)))
     func contendedAcquisitionsExcludeEachOther() async {
         let lock = _Lock()
