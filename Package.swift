@@ -14,6 +14,7 @@ let package = Package(
     targets: [
         .target(
             name: "Conductor",
+            dependencies: ["ConductorShims"],
             // The spin model of the lifecycle (checked by .ci/check-model) lives beside the code it mirrors.
             exclude: ["Model"],
             swiftSettings: [
@@ -22,6 +23,8 @@ let package = Package(
                 .define("CONDUCTOR_INVARIANTS", .when(configuration: .debug))
             ]
         ),
+        // C helpers the Conductor module imports internally (a prefetch hint); not a product.
+        .target(name: "ConductorShims"),
         .testTarget(
             name: "ConductorTests",
             dependencies: ["Conductor", "ConductorTestSupport"]

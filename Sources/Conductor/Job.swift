@@ -604,17 +604,20 @@ open class Job: @unchecked Sendable {
         }
 
         let outcome = _lifecycle.outcome!
-        // A copy, which keeps the dependents alive while they are visited unretained.
-        let dependents = _dependents
+        // Moved out, not copied: the list keeps the dependents alive while they are visited
+        // unretained, and its storage's reference count, which the thread that added the edges
+        // last wrote, is not touched under the lock.
+        var dependents = _JobList()
+        swap(&dependents, &_dependents)
         if case .many(let jobs) = dependents, jobs.count >= JobQueue.reserveForDependents {
             Job._reserveLineLocked(forDependents: jobs)
         }
-        dependents.forEachUnretained { dependent in
+        dependents.forEachUnretained(prefetchingAhead: Job.dependentsToPrefetch) { dependent in
             dependent._dependencyFinishedLocked(self, outcome, &actions)
         }
         // Drop the edges, but release the jobs after unlocking: a job freed here would run its
         // deinit (and its captures' deinits) under the lock.
-        actions.drop(&_dependents)
+        actions.drop(&dependents)
         actions.drop(&_dependencies)
         _postLocked(.finished, &actions)
         if let ownProgress, _extras == nil {

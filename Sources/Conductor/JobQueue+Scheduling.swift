@@ -99,6 +99,8 @@ extension JobQueue {
         _admitPushedLocked(&actions)
         _ready.push(job)
         actions.touch(self)
+        // The job will wait in line a while: long enough for the lines its own finish reads first.
+        job._prefetchDependentsStorage()
     }
 
     /// `job`, a member, is no longer ready (it gained a dependency): out of line.
@@ -233,6 +235,8 @@ extension JobQueue {
         _executing += 1
         _claims &+= 1
         job._beginExecutingLocked(&actions)
+        // Its dependents' fields, which its finish reads, load while it runs.
+        job._prefetchDependents()
         return job
     }
 

@@ -272,6 +272,23 @@ struct DependencyTests {
 
     // MARK: Releasing dependents
 
+    @Test(
+        "the addresses a job prefetches before its finish are its dependents', for none, one and several",
+        arguments: [0, 1, 2, 5])
+    func prefetchedAddressesAreTheDependents(count: Int) throws {
+        let job = BlockJob {}
+        let dependents = (0..<count).map { _ in BlockJob {} }
+        for dependent in dependents {
+            try dependent.addDependency(job)
+        }
+        let expected = dependents.map { UnsafeRawPointer(Unmanaged.passUnretained($0).toOpaque()) }
+        #expect(job._dependentAddressesToPrefetch == expected)
+        // Once the job finishes its dependents are dropped, and nothing is left to load.
+        job.start()
+        #expect(job._dependentAddressesToPrefetch.isEmpty)
+        #expect(dependents.allSatisfy { $0.state == .ready })
+    }
+
     @Test("a finished job releases its dependents: a fan-out of 1,000 all run, after it")
     func fanOut() async throws {
         let worker = DispatchQueue(label: "DependencyTests.fanOut")

@@ -1,0 +1,130 @@
+internal import ConductorShims
+
+/// Asks the processor to start loading the cache line that holds `address`, without waiting for
+/// it: `prefetcht0` on x86-64, `prfm pldl1keep` on arm64. A hint only: it never faults, whatever
+/// the address, and changes no value.
+///
+/// In C (`ConductorShims`), inline: Swift has no prefetch, and declaring LLVM's intrinsic with
+/// `@_silgen_name` breaks the compiler under ThreadSanitizer, which makes the call an `invoke`.
+@inline(__always)
+func _prefetch(_ address: UnsafeRawPointer) {
+    conductor_prefetch(address)
+}
+
+// The accessors below find their addresses in a switch with no call inside, so the compiler reads
+// the list in place: no copy of it, and no retain of a job or array whose line is still loading (a
+// retain is an atomic write to that line). For the same reason the array's pointer is returned from
+// `withUnsafeBufferPointer` instead of used inside it: a call in there (a hint is a call to the
+// compiler) would make it copy the list first. That pointer stays valid while the list is
+// unchanged: the callers hold the engine lock, which every change to the list needs, and the job.
+// The arrays are Swift's own, built by `append`, never bridged, so their storage does not move.
+extension _JobList {
+    /// Where visiting the list starts reading: the one job, or the array's elements. Reads nothing
+    /// from the array's storage.
+    @inline(__always)
+    var _start: (address: UnsafeRawPointer, isJob: Bool)? {
+        switch self {
+        case .empty:
+            return nil
+        case .one(let job):
+            return (UnsafeRawPointer(Unmanaged.passUnretained(job).toOpaque()), true)
+        case .many(let jobs):
+            return jobs.withUnsafeBufferPointer { buffer in buffer.baseAddress.map { (UnsafeRawPointer($0), false) } }
+        }
+    }
+
+    /// The array's elements and count; `nil` for an empty list or a single job. Reads the array's
+    /// count.
+    @inline(__always)
+    var _arrayStorage: (elements: UnsafeRawPointer, count: Int)? {
+        guard case .many(let jobs) = self else { return nil }
+        return jobs.withUnsafeBufferPointer { buffer in
+            buffer.baseAddress.map { (UnsafeRawPointer($0), buffer.count) }
+        }
+    }
+}
+
+extension Job {
+    /// Starts loading the cache lines of the fields that a dependency's finish reads and writes (its
+    /// lifecycle, lists, queue, ticket and extras): the first 128 bytes of the job at `address`,
+    /// which span two or three lines.
+    @inline(__always)
+    static func _prefetchFields(at address: UnsafeRawPointer) {
+        _prefetch(address)
+        _prefetch(address + 64)
+        _prefetch(address + 127)
+    }
+
+    /// Starts loading what visiting `_dependents` reads first: the one job's fields, or the array's
+    /// storage (its header, just before the elements, and the first elements).
+    @inline(__always)
+    func _prefetchDependentsStorage() {
+        guard let (address, isJob) = _dependents._start else { return }
+        if isJob {
+            Job._prefetchFields(at: address)
+        } else {
+            _prefetch(address - 16)
+            _prefetch(address + 48)
+        }
+    }
+
+    /// Starts loading the fields of each job in an array of `_dependents` (the one job's were
+    /// loaded with the storage). Reads the array, so it pays once `_prefetchDependentsStorage()`
+    /// has had time to bring that in.
+    @inline(__always)
+    func _prefetchDependents() {
+        guard let (elements, count) = _dependents._arrayStorage else { return }
+        for index in 0..<min(count, Job.dependentsToPrefetch) {
+            Job._prefetchFields(at: Job._address(at: index, in: elements))
+        }
+    }
+
+    /// The address of the job at `index` of an array's elements, read without retaining it.
+    @inline(__always)
+    static func _address(at index: Int, in elements: UnsafeRawPointer) -> UnsafeRawPointer {
+        // A class reference and `Unmanaged` of it have the same layout.
+        let reference = elements.load(
+            fromByteOffset: index * MemoryLayout<Unmanaged<Job>>.stride, as: Unmanaged<Job>.self)
+        return UnsafeRawPointer(reference.toOpaque())
+    }
+
+    /// How many dependents a claimed job's fields are loaded for. A fan-out's root has thousands;
+    /// their lines would not all stay in the cache until its finish, and the hints would hold the
+    /// lock.
+    static let dependentsToPrefetch = 16
+}
+
+extension _JobList {
+    /// `forEachUnretained`, which also starts loading the fields of the job `distance` places ahead
+    /// of each one it visits: a fan-out's root visits thousands of dependents, of which its claim
+    /// loaded only the first `Job.dependentsToPrefetch`.
+    @inline(__always)
+    func forEachUnretained(prefetchingAhead distance: Int, _ body: (Job) -> Void) {
+        guard case .many(let jobs) = self, jobs.count > distance else { return forEachUnretained(body) }
+        jobs.withUnsafeBufferPointer { buffer in
+            // A class reference and `Unmanaged` of it have the same layout.
+            buffer.withMemoryRebound(to: Unmanaged<Job>.self) { references in
+                for index in references.indices {
+                    if index + distance < references.count {
+                        Job._prefetchFields(at: UnsafeRawPointer(references[index + distance].toOpaque()))
+                    }
+                    references[index]._withUnsafeGuaranteedRef(body)
+                }
+            }
+        }
+    }
+}
+
+extension Job {
+    /// For tests: the objects whose fields `_prefetchDependentsStorage()` and `_prefetchDependents()`
+    /// load, as they find them without retaining, so that a test can check they are this job's
+    /// dependents (a wrong address would not fail anything else, only load the wrong lines).
+    package var _dependentAddressesToPrefetch: [UnsafeRawPointer] {
+        engineLock.withLock {
+            guard let (address, isJob) = _dependents._start else { return [] }
+            if isJob { return [address] }
+            guard let (elements, count) = _dependents._arrayStorage, elements == address else { return [] }
+            return (0..<min(count, Job.dependentsToPrefetch)).map { Job._address(at: $0, in: elements) }
+        }
+    }
+}

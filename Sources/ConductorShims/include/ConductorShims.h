@@ -1,0 +1,13 @@
+// C helpers for the Conductor module, for what Swift cannot express. Internal to the package: the
+// Conductor module imports it with `internal import`, and it is no product.
+#ifndef CONDUCTOR_SHIMS_H
+#define CONDUCTOR_SHIMS_H
+
+/// Asks the processor to start loading the cache line that holds `address` (for reading, kept in
+/// every cache level), without waiting for it: `prefetcht0` on x86-64, `prfm pldl1keep` on arm64.
+/// A hint only: it never faults, whatever the address, and changes no value.
+static inline __attribute__((always_inline)) void conductor_prefetch(const void *_Nonnull address) {
+    __builtin_prefetch(address, 0, 3);
+}
+
+#endif
