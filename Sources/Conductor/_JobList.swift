@@ -93,8 +93,13 @@ enum _JobList: RandomAccessCollection {
     /// is called on keeps them alive (a change to the list it was copied from makes a new buffer).
     /// For the engine's hot loops, where each retain is an atomic operation on another job's
     /// cache line.
+    ///
+    /// With `prefetchingAhead` > 0, it also starts loading the fields of the job that many places
+    /// ahead of each one it visits (a finish visiting a fan-out's thousands of dependents, of which
+    /// the claim loaded only the first `Job.dependentsToPrefetch`). A constant at each call site,
+    /// so a call without it keeps the plain loop.
     @inline(__always)
-    func forEachUnretained(_ body: (Job) -> Void) {
+    func forEachUnretained(prefetchingAhead distance: Int = 0, _ body: (Job) -> Void) {
         switch self {
         case .empty:
             return
@@ -104,8 +109,11 @@ enum _JobList: RandomAccessCollection {
             jobs.withUnsafeBufferPointer { buffer in
                 // A class reference and `Unmanaged` of it have the same layout.
                 buffer.withMemoryRebound(to: Unmanaged<Job>.self) { references in
-                    for reference in references {
-                        reference._withUnsafeGuaranteedRef(body)
+                    for index in references.indices {
+                        if distance > 0 && index + distance < references.count {
+                            Job._prefetchFields(at: UnsafeRawPointer(references[index + distance].toOpaque()))
+                        }
+                        references[index]._withUnsafeGuaranteedRef(body)
                     }
                 }
             }

@@ -94,27 +94,6 @@ extension Job {
     static let dependentsToPrefetch = 16
 }
 
-extension _JobList {
-    /// `forEachUnretained`, which also starts loading the fields of the job `distance` places ahead
-    /// of each one it visits: a fan-out's root visits thousands of dependents, of which its claim
-    /// loaded only the first `Job.dependentsToPrefetch`.
-    @inline(__always)
-    func forEachUnretained(prefetchingAhead distance: Int, _ body: (Job) -> Void) {
-        guard case .many(let jobs) = self, jobs.count > distance else { return forEachUnretained(body) }
-        jobs.withUnsafeBufferPointer { buffer in
-            // A class reference and `Unmanaged` of it have the same layout.
-            buffer.withMemoryRebound(to: Unmanaged<Job>.self) { references in
-                for index in references.indices {
-                    if index + distance < references.count {
-                        Job._prefetchFields(at: UnsafeRawPointer(references[index + distance].toOpaque()))
-                    }
-                    references[index]._withUnsafeGuaranteedRef(body)
-                }
-            }
-        }
-    }
-}
-
 extension Job {
     /// For tests: the objects whose fields `_prefetchDependentsStorage()` and `_prefetchDependents()`
     /// load, as they find them without retaining, so that a test can check they are this job's
