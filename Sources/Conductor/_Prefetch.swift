@@ -73,9 +73,16 @@ extension Job {
     /// has had time to bring that in.
     @inline(__always)
     func _prefetchDependents() {
+        _forEachDependentToPrefetch(Job._prefetchFields(at:))
+    }
+
+    /// Calls `body` with the address of each of the first `dependentsToPrefetch` jobs in an array
+    /// of `_dependents`, read without retaining them; nothing for an empty list or a single job.
+    @inline(__always)
+    func _forEachDependentToPrefetch(_ body: (UnsafeRawPointer) -> Void) {
         guard let (elements, count) = _dependents._arrayStorage else { return }
         for index in 0..<min(count, Job.dependentsToPrefetch) {
-            Job._prefetchFields(at: Job._address(at: index, in: elements))
+            body(Job._address(at: index, in: elements))
         }
     }
 
@@ -102,8 +109,10 @@ extension Job {
         engineLock.withLock {
             guard let (address, isJob) = _dependents._start else { return [] }
             if isJob { return [address] }
-            guard let (elements, count) = _dependents._arrayStorage, elements == address else { return [] }
-            return (0..<min(count, Job.dependentsToPrefetch)).map { Job._address(at: $0, in: elements) }
+            guard _dependents._arrayStorage?.elements == address else { return [] }
+            var addresses: [UnsafeRawPointer] = []
+            _forEachDependentToPrefetch { addresses.append($0) }
+            return addresses
         }
     }
 }
