@@ -147,9 +147,15 @@ final class _BlockList: @unchecked Sendable {
 ///     session.load(request) { _ in job.finish() }
 /// }
 /// ```
+///
+/// The body, and whatever it captured, is released once the job has finished and the body has
+/// returned, whichever comes second: by the thread that calls `finish()`, after the job's
+/// callbacks, or by the thread that ran the body. A job cancelled before it started releases it
+/// when it finishes.
 public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
     // Guarded by engineLock until the job starts; then owned by the thread running it (see
-    // `BlockJob.takeBlock()`). Released when the job starts.
+    // `BlockJob.takeBlock()`), which puts it back when the body returns and sets `.workReturned`
+    // under the lock; from then on, by whichever releases it (`_releaseSpentWork()`).
     @exclusivity(unchecked) private var body: (@Sendable (AsyncBlockJob) -> Void)?
 
     /// Creates a job that runs `body` and finishes when `body`'s work calls `finish()`.
@@ -176,6 +182,13 @@ public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
         // Claimed: the body is this thread's (see `BlockJob.takeBlock()`).
         let body = self.body.take()
         body?(self)
+        // Put back, for `finish()` to release: the thread calling it is usually not a worker, which
+        // then goes on to its next job without freeing what the body captured.
+        self.body = body
+    }
+
+    override func _releaseSpentWork() {
+        body = nil
     }
 }
 

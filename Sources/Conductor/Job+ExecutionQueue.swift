@@ -54,6 +54,8 @@ extension Job {
                 }
                 if failure != nil || finishesWhenExecuteReturns {
                     _finish(failure: failure)
+                } else {
+                    _executeReturned()
                 }
             }
         }

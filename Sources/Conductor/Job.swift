@@ -231,6 +231,8 @@ open class Job: @unchecked Sendable {
         _ThreadContext.job = previousJob
         if finishesWhenExecuteReturns || failure != nil {
             _finish(failure: failure)
+        } else {
+            _executeReturned()
         }
     }
 
@@ -510,15 +512,44 @@ open class Job: @unchecked Sendable {
     package func _finish(failure: (any Error)? = nil, discardingWork: Bool = false) {
         var actions = _Actions()
         engineLock.lock()
+        var releasesSpentWork = false
         if _state == .executing {
             if discardingWork {
                 _discardWorkLocked(&actions)
             }
+            // The work has returned and handed back what it ran: this call releases it.
+            releasesSpentWork = _flags.contains(.workReturned)
             _finishLocked(failure: failure, &actions)
         }
         actions.planWorkersLocked()
         engineLock.unlock()
         actions.perform()
+        if releasesSpentWork {
+            _releaseSpentWork()
+        }
+    }
+
+    /// The job's `execute()` returned on the calling thread, and the job does not finish when it
+    /// returns (see `_executeReturnedLocked()`). Call without the lock.
+    func _executeReturned() {
+        engineLock.lock()
+        let releasesSpentWork = _executeReturnedLocked()
+        engineLock.unlock()
+        if releasesSpentWork {
+            _releaseSpentWork()
+        }
+    }
+
+    /// The job's `execute()` returned, and the job does not finish when it returns. Returns whether
+    /// the caller releases what the work ran (`_releaseSpentWork()`, after unlocking): yes if the
+    /// job has already finished; otherwise the `finish()` to come does.
+    @inline(__always)
+    func _executeReturnedLocked() -> Bool {
+        if _state == .finished {
+            return true
+        }
+        _flags.insert(.workReturned)
+        return false
     }
 
     /// `pending | ready | executing → finished`: fixes the outcome, frees the slot, leaves the
@@ -682,6 +713,11 @@ open class Job: @unchecked Sendable {
     /// when the job finishes without having started. Subclasses in this module that store work
     /// override it; a user's `Job` subclass owns its own stored properties.
     func _discardWorkLocked(_ actions: inout _Actions) {}
+
+    /// Releases what an asynchronous job's work ran, once the job has finished and `execute()` has
+    /// returned, on the thread that saw the second of the two; without the lock. `AsyncBlockJob`
+    /// releases its body, so the thread calling `finish()`, not the worker, frees what it captured.
+    func _releaseSpentWork() {}
 
     /// A dependent finished before this job (it was cancelled). Once such dependents are at least
     /// 16 and half the list, they are removed in one pass, so the cost is O(1) amortized per

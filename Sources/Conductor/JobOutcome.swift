@@ -171,6 +171,9 @@ struct _JobFlags: OptionSet, Sendable {
     static let callbacksPending = _JobFlags(rawValue: 1 << 2)
     static let isExclusive = _JobFlags(rawValue: 1 << 3)
     static let runsElsewhere = _JobFlags(rawValue: 1 << 4)
+    /// An asynchronous job's `execute()` has returned, so `finish()` releases what it ran
+    /// (`Job._releaseSpentWork()`).
+    static let workReturned = _JobFlags(rawValue: 1 << 5)
 
     @inline(__always)
     mutating func set(_ flag: _JobFlags, _ on: Bool) {

@@ -436,6 +436,7 @@ extension JobQueue {
             var waitFrom: UInt64?
             var claimAfterCallbacks = false
             var standbyTarget: DispatchQueue?
+            var releasesSpentWork = false
             engineLock.lock()
             if let failure {
                 // A job whose `execute()` threw has failed (or, with `CancellationError`, is
@@ -443,8 +444,12 @@ extension JobQueue {
                 if job._state == .executing {
                     job._finishLocked(failure: failure, &actions)
                 }
-            } else if ranHere && job.finishesWhenExecuteReturns {
-                job._finishLocked(&actions)
+            } else if ranHere {
+                if job.finishesWhenExecuteReturns {
+                    job._finishLocked(&actions)
+                } else {
+                    releasesSpentWork = job._executeReturnedLocked()
+                }
             }
             if generation != _workerGeneration {
                 next = nil
@@ -476,6 +481,9 @@ extension JobQueue {
             actions.planWorkersLocked()
             engineLock.unlock()
             actions.perform()
+            if releasesSpentWork {
+                job._releaseSpentWork()
+            }
             if let standbyTarget {
                 _standBy(on: standbyTarget, generation: generation)
             } else if claimAfterCallbacks {

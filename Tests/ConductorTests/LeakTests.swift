@@ -197,6 +197,30 @@ struct LeakTests {
     }
 
     @Test(
+        "an AsyncBlockJob's body is kept until the job finishes, then released by the finish() that comes after it returned, after the job's callbacks"
+    )
+    func asyncBlockJobBodyReleasedByTheLaterFinish() async {
+        let harness = Harness("body released by finish")
+        let aliveInCompletionBlock = Locked<Bool?>(nil)
+        // In a function of its own, so that no strong local of the test keeps the captured object.
+        func make() -> (AsyncBlockJob, WeakReference<Tracked>) {
+            let tracked = Tracked()
+            return (AsyncBlockJob { _ in _ = tracked }, WeakReference(tracked))  // Returns without finishing.
+        }
+        let (job, captured) = make()
+        job.completionBlock = { aliveInCompletionBlock.withLock { $0 = captured.object != nil } }
+        harness.queue.addJob(job)
+        // The worker block has returned: the body ran and returned, and the job is still executing.
+        await drainSerialQueue(harness.worker)
+        #expect(job.state == .executing)
+        #expect(captured.object != nil, "the body of an unfinished AsyncBlockJob is kept after it returned")
+        job.finish()
+        #expect(aliveInCompletionBlock.withLock { $0 } == true, "the body is released after the job's callbacks")
+        #expect(captured.object == nil, "the finish() after the body returned releases it before returning")
+        await harness.settle()
+    }
+
+    @Test(
         "a finished TaskJob and what its body captured are freed (awaited through their deinits)",
         .timeLimit(.minutes(1)))
     func finishedTaskJob() async {
