@@ -149,9 +149,10 @@ final class _BlockList: @unchecked Sendable {
 /// ```
 ///
 /// The body, and whatever it captured, is released once the job has finished and the body has
-/// returned, whichever comes second: by the thread that calls `finish()`, after the job's
-/// callbacks, or by the thread that ran the body. A job cancelled before it started releases it
-/// when it finishes.
+/// returned, whichever comes second: usually by the thread that calls `finish()`, after the
+/// callbacks it delivers, otherwise by the thread that ran the body. A job cancelled before it
+/// started releases it when it finishes. So the body must not capture an object whose `deinit`
+/// calls `finish()`: the job keeps the body until it finishes.
 public final class AsyncBlockJob: AsynchronousJob, @unchecked Sendable {
     // Guarded by engineLock until the job starts; then owned by the thread running it (see
     // `BlockJob.takeBlock()`), which puts it back when the body returns and sets `.workReturned`

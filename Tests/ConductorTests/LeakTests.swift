@@ -220,6 +220,24 @@ struct LeakTests {
         await harness.settle()
     }
 
+    @Test("an AsyncBlockJob whose body finishes it releases the body when it returns, while the job lives on")
+    func asyncBlockJobBodyReleasedByTheWorkerWhenFinishCameFirst() async {
+        let harness = Harness("body released by the worker")
+        func make() -> (AsyncBlockJob, WeakReference<Tracked>) {
+            let tracked = Tracked()
+            return (
+                AsyncBlockJob { job in
+                    _ = tracked; job.finish()
+                }, WeakReference(tracked)
+            )
+        }
+        let (job, captured) = make()
+        harness.queue.addJob(job)
+        await harness.settle()
+        #expect(job.state == .finished)
+        #expect(captured.object == nil, "the worker released the body of a job that finished before it returned")
+    }
+
     @Test(
         "a finished TaskJob and what its body captured are freed (awaited through their deinits)",
         .timeLimit(.minutes(1)))
