@@ -105,6 +105,20 @@ private func build(on queue: JobQueue?, _ make: (Tracked) -> Job) -> Built {
     return Built(job: WeakReference(job), captured: WeakReference(tracked))
 }
 
+/// An `AsyncBlockJob` whose body captures a fresh `Tracked` object, kept strongly, with a weak
+/// reference to the captured object; its body calls `finish()` itself or returns without finishing.
+/// Built in a function of its own, so that no strong local of the test keeps the captured object.
+private func makeAsyncBlockJobKeepingItsCapture(
+    finishesInItsBody: Bool
+) -> (AsyncBlockJob, WeakReference<Tracked>) {
+    let tracked = Tracked()
+    let job = AsyncBlockJob { job in
+        _ = tracked
+        if finishesInItsBody { job.finish() }
+    }
+    return (job, WeakReference(tracked))
+}
+
 // MARK: - Tests
 
 @Suite("Leaks", .serialized)
@@ -202,12 +216,7 @@ struct LeakTests {
     func asyncBlockJobBodyReleasedByTheLaterFinish() async {
         let harness = Harness("body released by finish")
         let aliveInCompletionBlock = Locked<Bool?>(nil)
-        // In a function of its own, so that no strong local of the test keeps the captured object.
-        func make() -> (AsyncBlockJob, WeakReference<Tracked>) {
-            let tracked = Tracked()
-            return (AsyncBlockJob { _ in _ = tracked }, WeakReference(tracked))  // Returns without finishing.
-        }
-        let (job, captured) = make()
+        let (job, captured) = makeAsyncBlockJobKeepingItsCapture(finishesInItsBody: false)
         job.completionBlock = { aliveInCompletionBlock.withLock { $0 = captured.object != nil } }
         harness.queue.addJob(job)
         // The worker block has returned: the body ran and returned, and the job is still executing.
@@ -223,15 +232,7 @@ struct LeakTests {
     @Test("an AsyncBlockJob whose body finishes it releases the body when it returns, while the job lives on")
     func asyncBlockJobBodyReleasedByTheWorkerWhenFinishCameFirst() async {
         let harness = Harness("body released by the worker")
-        func make() -> (AsyncBlockJob, WeakReference<Tracked>) {
-            let tracked = Tracked()
-            return (
-                AsyncBlockJob { job in
-                    _ = tracked; job.finish()
-                }, WeakReference(tracked)
-            )
-        }
-        let (job, captured) = make()
+        let (job, captured) = makeAsyncBlockJobKeepingItsCapture(finishesInItsBody: true)
         harness.queue.addJob(job)
         await harness.settle()
         #expect(job.state == .finished)
