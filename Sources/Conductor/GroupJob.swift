@@ -11,6 +11,8 @@
 ///   queue of children, whose limit is `maxConcurrentJobCount`. The group holds one slot of its own
 ///   queue from then until it finishes: when every child (and every job they
 ///   ``Job/produce(_:)``d) has finished. A group with no children finishes as soon as it starts.
+///   The engine counts the children as they finish; the group finishes after the observers,
+///   completion block and waiters of the child that finished last.
 /// - Its outcome: `.failed` with a ``GroupFailure`` naming each failed child and its error, if any
 ///   child failed; otherwise `.succeeded`. A child cancelled on its own does not fail the group.
 /// - Cancelling the group records its own reason first (its outcome is `.cancelled` with it), then
@@ -65,9 +67,6 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// the group finishes only after it has. A child added to a cancelled group is cancelled with
     /// ``CancellationReason/Code/parentCancelled``. Adding a child to a finished group traps.
     public func addChild(_ job: Job) {
-        let handler: @Sendable (JobEvent) -> Void = { [self] event in
-            if event == .finished { childFinished(job) }
-        }
         var actions = _Actions()
         engineLock.lock()
         if (_state == .finished || isSealed) && !_isCancelled && !isRefused {
@@ -81,17 +80,19 @@ public final class GroupJob: Job, @unchecked Sendable {
         if let progress = _extras?.progress, progress.storage.read({ !$0.finished }) {
             progress._adoptLocked(job._progressLocked(&actions), &actions)
         }
-        // Counted, observed and put on the queue of children in one critical section: it cannot
-        // finish unobserved, and a cancellation or refusal of the group, which cancels what is on
-        // that queue under the same lock, cannot miss it. A job that already finished counts as a
+        // Counted and put on the queue of children in one critical section, counted first: its
+        // finish counts the group down in whatever section it happens (the engine does, not an
+        // observer), and a cancellation or refusal of the group, which cancels what is on that
+        // queue under the same lock, cannot miss it. A job that already finished counts as a
         // finished child.
         if !cancelled {
-            if job._observeLocked(handler) {
+            if job._state != .finished {
+                unfinished += 1
+                job._extrasLocked.countedByGroup = true
                 if let problem = children._enqueueLocked(job, &actions) {
                     engineLock.unlock()
                     _trap("GroupJob.addChild(_:): \(problem)")
                 }
-                unfinished += 1
                 actions.touch(children)
                 actions.planWorkersLocked()
             } else if job._lifecycle.outcome == .failed, let error = job._details?.error {
@@ -133,7 +134,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         if done { isSealed = true }
         engineLock.unlock()
         if done {
-            return end()
+            return _end()
         }
         children.isSuspended = false
     }
@@ -147,20 +148,22 @@ public final class GroupJob: Job, @unchecked Sendable {
         let done = unfinished == 0 && didExecute && !isSealed
         if done { isSealed = true }
         engineLock.unlock()
-        if done { end() }
+        if done { _end() }
     }
 
-    private func childFinished(_ child: Job) {
-        let outcome = child.outcome
-        engineLock.lock()
+    /// `child`, which this group counts, finished in the caller's section: counts the group down
+    /// and, if that was its last unfinished child and the group is executing, seals it and has it
+    /// finish after unlocking, after the section's callbacks. Call with `engineLock` held, from
+    /// `Job._finishLocked`, where the child's outcome is already fixed.
+    func _childFinishedLocked(_ child: Job, _ actions: inout _Actions) {
         unfinished -= 1
-        if case .failed(let error)? = outcome {
+        if child._lifecycle.outcome == .failed, let error = child._details?.error {
             failures.append((child._describeLocked, error))
         }
-        let done = unfinished == 0 && didExecute && !isSealed
-        if done { isSealed = true }
-        engineLock.unlock()
-        if done { end() }
+        if unfinished == 0 && didExecute && !isSealed {
+            isSealed = true
+            actions.endAfterCallbacks(self)
+        }
     }
 
     /// The group was cancelled before it ran, and finishes in this critical section: queues the
@@ -187,7 +190,7 @@ public final class GroupJob: Job, @unchecked Sendable {
 
     /// Finishes the group: failed if a child failed, unless the group was cancelled, whose own
     /// reason then stands.
-    private func end() {
+    func _end() {
         engineLock.lock()
         let failures = _isCancelled ? [] : self.failures
         let name = _describeLocked

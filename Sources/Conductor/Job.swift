@@ -610,6 +610,12 @@ open class Job: @unchecked Sendable {
                 ownProgress = progress
                 progress._finishLocked(&actions)
             }
+            if extras.countedByGroup {
+                // Counted down in this section, so that a cancellation of the group, or its start,
+                // sees the same count; its end comes after this section's callbacks.
+                extras.countedByGroup = false
+                extras.parentGroup?._childFinishedLocked(self, &actions)
+            }
             if extras.hasCallbacks {
                 hasCallbacks = true
             } else {

@@ -83,7 +83,13 @@ struct _Actions {
     var hasDeliveries: Bool {
         guard let overflow else { return false }
         return !overflow.deliveries.isEmpty || !overflow.cancelOverrides.isEmpty
-            || !overflow.progressNotifications.isEmpty
+            || !overflow.progressNotifications.isEmpty || !overflow.groupEnds.isEmpty
+    }
+
+    /// Finishes `group`, whose last child finished in this section, after unlocking and after
+    /// the section's other callbacks (the child's own among them).
+    mutating func endAfterCallbacks(_ group: GroupJob) {
+        more.groupEnds.append(group)
     }
 
     /// Calls `handlers` with `progress` after unlocking: its counts changed. The handlers are
@@ -294,6 +300,8 @@ final class _ActionsOverflow {
     @exclusivity(unchecked) var tasksToCancel: [Task<Void, Never>] = []
     /// Progress objects whose counts changed, with the observers to tell.
     @exclusivity(unchecked) var progressNotifications: [(JobProgress, [JobProgress.Handler])] = []
+    /// Groups whose last child finished in this section, to finish after its callbacks.
+    @exclusivity(unchecked) var groupEnds: [GroupJob] = []
 
     func touch(_ queue: JobQueue) {
         // A set, not a scan of the list: a cascade across many queues touches each once, in O(1).
@@ -339,11 +347,17 @@ final class _ActionsOverflow {
         for waiter in waiters {
             waiter.resume()
         }
+        // After the callbacks and waiters of the children whose finish ended them. Finishing runs
+        // the groups' own callbacks in a delivery of its own, with no worker context.
+        for group in groupEnds {
+            group._end()
+        }
         released = []
         releasedObjects = []
         releasedBlocks = []
         cascaded = []
         cancelOverrides = []
+        groupEnds = []
         timersToCancel = []
         timeoutsToStart = []
         for queue in releasedQueues {

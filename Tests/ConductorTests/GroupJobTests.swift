@@ -48,6 +48,25 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(succeeded(after))
     }
 
+    @Test func theGroupFinishesAfterItsLastChildsObserversAndCompletionBlock() async {
+        // Docs/Composition.md: the finish that counts the group down to zero ends it after that
+        // finish's callbacks, whatever order the observers were added in.
+        let queue = JobQueue(name: "group-order")
+        let log = Log<String>()
+        let child = BlockJob { log.append("child ran") }
+        child.observe { event in
+            if event == .finished { log.append("child observer") }
+        }
+        child.completionBlock = { log.append("child completion") }
+        let group = GroupJob(name: "ordered", jobs: [child])
+        group.observe { event in
+            if event == .finished { log.append("group finished") }
+        }
+        queue.addJob(group)
+        await group.waitUntilFinished()
+        #expect(log.values == ["child ran", "child observer", "child completion", "group finished"])
+    }
+
     @Test func aGroupWithNoChildrenFinishesWhenItStarts() async {
         let queue = JobQueue(name: "empty-group")
         let group = GroupJob()
