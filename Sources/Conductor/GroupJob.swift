@@ -11,8 +11,9 @@
 ///   queue of children, whose limit is `maxConcurrentJobCount`. The group holds one slot of its own
 ///   queue from then until it finishes: when every child (and every job they
 ///   ``Job/produce(_:)``d) has finished. A group with no children finishes as soon as it starts.
-///   The engine counts the children as they finish; the group finishes after the observers,
-///   completion block and waiters of the child that finished last.
+///   The engine counts the children as they finish. The group finishes on the thread that finished
+///   its last child, before that child's observers, completion block and waiters run, so those may
+///   wait for the group; the group's own callbacks must not wait for that child.
 /// - Its outcome: `.failed` with a ``GroupFailure`` naming each failed child and its error, if any
 ///   child failed; otherwise `.succeeded`. A child cancelled on its own does not fail the group.
 /// - Cancelling the group records its own reason first (its outcome is `.cancelled` with it), then
@@ -20,10 +21,11 @@
 ///   group. A child added to a cancelled group starts cancelled the same way. A group cancelled
 ///   before it starts has every child, at any depth, cancelled and finished by the time its
 ///   `.finished` observers and waiters see it finished.
-/// - ``addChild(_:)`` may be called until the group finishes; on a finished group it traps. A
-///   child that has already finished counts as finished (and, if it failed, as a failure). A
-///   running child adds to its group with ``Job/produce(_:)``, which counts the new child before the
-///   producer can finish, so the group cannot finish in between.
+/// - ``addChild(_:)`` may be called until the group finishes; on a finished group it traps. An
+///   executing group counts as finished from the moment its last child finishes (it then finishes
+///   on that child's thread). A child that has already finished counts as finished (and, if it
+///   failed, as a failure). A running child adds to its group with ``Job/produce(_:)``, which
+///   counts the new child before the producer can finish, so the group cannot finish in between.
 /// - Exclusivity categories held by a group count as held by its children, at any depth: a child
 ///   naming one of them runs without waiting for the group to let it go. Inside a group, a job may
 ///   name only categories a group around it holds; one that names another fails with
@@ -88,7 +90,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         if !cancelled {
             if job._state != .finished {
                 unfinished += 1
-                job._extrasLocked.countedByGroup = true
+                job._extrasLocked.countingGroup = self
                 if let problem = children._enqueueLocked(job, &actions) {
                     engineLock.unlock()
                     _trap("GroupJob.addChild(_:): \(problem)")
@@ -153,7 +155,7 @@ public final class GroupJob: Job, @unchecked Sendable {
 
     /// `child`, which this group counts, finished in the caller's section: counts the group down
     /// and, if that was its last unfinished child and the group is executing, seals it and has it
-    /// finish after unlocking, after the section's callbacks. Call with `engineLock` held, from
+    /// finish after unlocking, before the section's callbacks. Call with `engineLock` held, from
     /// `Job._finishLocked`, where the child's outcome is already fixed.
     func _childFinishedLocked(_ child: Job, _ actions: inout _Actions) {
         unfinished -= 1
@@ -162,7 +164,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         }
         if unfinished == 0 && didExecute && !isSealed {
             isSealed = true
-            actions.endAfterCallbacks(self)
+            actions.endBeforeCallbacks(self)
         }
     }
 

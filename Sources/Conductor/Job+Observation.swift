@@ -46,9 +46,11 @@ final class _JobExtras: @unchecked Sendable {
     @exclusivity(unchecked) var lineCategories: [String] = []
     /// The group this job is a child of (weak: the group's queue of children holds the child).
     @exclusivity(unchecked) weak var parentGroup: GroupJob?
-    /// Whether `parentGroup` counts this job among its unfinished children: set when the group
-    /// takes it, cleared when its finish counts the group down (`GroupJob._childFinishedLocked`).
-    @exclusivity(unchecked) var countedByGroup = false
+    /// The group that counts this job among its unfinished children, from when it takes the job
+    /// until the job's finish counts it down (`GroupJob._childFinishedLocked`). Not `parentGroup`,
+    /// which a later `addChild` on a cancelled group overwrites; and strong, as a group's observer
+    /// of its child was: a group started by hand and let go lives until its children finish.
+    @exclusivity(unchecked) var countingGroup: GroupJob?
     /// Set when the job was claimed inside a group while naming an exclusivity category that no
     /// group around it holds: the category, and the job's group. The job does not run; it fails
     /// with ``JobError/Code/categoryNotHeldByGroup`` (`Job._refuseToRun`).

@@ -610,11 +610,12 @@ open class Job: @unchecked Sendable {
                 ownProgress = progress
                 progress._finishLocked(&actions)
             }
-            if extras.countedByGroup {
+            if let group = extras.countingGroup.take() {
                 // Counted down in this section, so that a cancellation of the group, or its start,
-                // sees the same count; its end comes after this section's callbacks.
-                extras.countedByGroup = false
-                extras.parentGroup?._childFinishedLocked(self, &actions)
+                // sees the same count. The job's reference to the group is released after
+                // unlocking: it may be the last.
+                group._childFinishedLocked(self, &actions)
+                actions.releaseAfterUnlocking(group)
             }
             if extras.hasCallbacks {
                 hasCallbacks = true

@@ -48,8 +48,8 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(succeeded(after))
     }
 
-    @Test func theGroupFinishesAfterItsLastChildsObserversAndCompletionBlock() async {
-        // Docs/Composition.md: the finish that counts the group down to zero ends it after that
+    @Test func theGroupFinishesBeforeItsLastChildsObserversAndCompletionBlock() async {
+        // Docs/Concepts.md: the finish that counts the group down to zero ends it before that
         // finish's callbacks, whatever order the observers were added in.
         let queue = JobQueue(name: "group-order")
         let log = Log<String>()
@@ -63,8 +63,61 @@ private func succeeded(_ job: Job) -> Bool {
             if event == .finished { log.append("group finished") }
         }
         queue.addJob(group)
-        await group.waitUntilFinished()
-        #expect(log.values == ["child ran", "child observer", "child completion", "group finished"])
+        await child.waitUntilFinished()
+        #expect(log.values == ["child ran", "group finished", "child observer", "child completion"])
+    }
+
+    @Test func theLastChildsCompletionBlockMayWaitForItsGroup() async {
+        let queue = JobQueue(name: "child-waits-for-group")
+        let sawGroupFinished = Flag()
+        let child = BlockJob {}
+        let group = GroupJob(name: "waited-for", jobs: [child])
+        // Runs on the worker's thread, a Dispatch thread, where a blocking wait is allowed.
+        child.completionBlock = {
+            group.waitUntilFinished()
+            sawGroupFinished.set()
+        }
+        queue.addJob(group)
+        await child.waitUntilFinished()
+        #expect(sawGroupFinished.value && group.isFinished)
+    }
+
+    @Test func aChildHandedToACancelledGroupStillCountsInItsFirstGroup() async {
+        let queue = JobQueue(name: "two-groups")
+        let child = HeldJob(name: "held child")
+        let first = GroupJob(name: "first", jobs: [child])
+        let cancelled = GroupJob(name: "cancelled")
+        cancelled.cancel()
+        queue.addJob(first)
+        await child.started.wait()
+        // A cancelled group takes any job and cancels it. The running child then finishes
+        // cancelled, and its finish must count down the group that counts it, not that one.
+        cancelled.addChild(child)
+        #expect(child.isCancelled)
+        // The group ends in the finish's own delivery, on this thread, before `finish()` returns.
+        child.finish()
+        #expect(child.isFinished && child.isCancelled)
+        #expect(first.isFinished && succeeded(first))
+    }
+
+    @Test func aGroupStartedByHandAndLetGoLivesUntilItsChildrenFinish() async {
+        let child = HeldJob(name: "held child")
+        let completed = DispatchSemaphore(value: 0)
+        let weakGroup: WeakReference<GroupJob>
+        do {
+            let group = GroupJob(name: "by hand", jobs: [child])
+            group.completionBlock = { completed.signal() }
+            weakGroup = WeakReference(group)
+            group.start()
+        }
+        await child.started.wait()
+        // Held by its unfinished child, as by the observer a group used to register on it.
+        let isAlive = weakGroup.object != nil
+        #expect(isAlive)
+        child.finish()
+        if isAlive {
+            await waitForSignals(completed)
+        }
     }
 
     @Test func aGroupWithNoChildrenFinishesWhenItStarts() async {
