@@ -12,8 +12,10 @@
 ///   queue from then until it finishes: when every child (and every job they
 ///   ``Job/produce(_:)``d) has finished. A group with no children finishes as soon as it starts.
 ///   The engine counts the children as they finish. The group finishes on the thread that finished
-///   its last child, before that child's observers, completion block and waiters run, so those may
-///   wait for the group; the group's own callbacks must not wait for that child.
+///   its last child, before the callbacks of that finish (the child's observers, completion block
+///   and waiters), so those may wait for the group; the group's own callbacks must not wait for
+///   that child or another job finished with it (`Docs/Concepts.md`, the order when a job
+///   finishes, has the details and two exceptions).
 /// - Its outcome: `.failed` with a ``GroupFailure`` naming each failed child and its error, if any
 ///   child failed; otherwise `.succeeded`. A child cancelled on its own does not fail the group.
 /// - Cancelling the group records its own reason first (its outcome is `.cancelled` with it), then
