@@ -99,8 +99,8 @@ public final class GroupJob: Job, @unchecked Sendable {
                 }
                 actions.touch(children)
                 actions.planWorkersLocked()
-            } else if job._lifecycle.outcome == .failed, let error = job._details?.error {
-                failures.append((job._describeLocked, error))
+            } else {
+                _recordFailureLocked(of: job)
             }
         }
         engineLock.unlock()
@@ -146,13 +146,9 @@ public final class GroupJob: Job, @unchecked Sendable {
     public override func cancel() {
         super.cancel()
         // All children in one critical section: one cancelled child finishing must not let the
-        // next one start before it is cancelled too.
+        // next one start before it is cancelled too. The finish of the last counted one ends an
+        // executing group (`_childFinishedLocked`).
         children._cancelAllJobs(reason: parentReason)
-        engineLock.lock()
-        let done = unfinished == 0 && didExecute && !isSealed
-        if done { isSealed = true }
-        engineLock.unlock()
-        if done { _end() }
     }
 
     /// `child`, which this group counts, finished in the caller's section: counts the group down
@@ -161,12 +157,17 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// `Job._finishLocked`, where the child's outcome is already fixed.
     func _childFinishedLocked(_ child: Job, _ actions: inout _Actions) {
         unfinished -= 1
-        if child._lifecycle.outcome == .failed, let error = child._details?.error {
-            failures.append((child._describeLocked, error))
-        }
+        _recordFailureLocked(of: child)
         if unfinished == 0 && didExecute && !isSealed {
             isSealed = true
             actions.endBeforeCallbacks(self)
+        }
+    }
+
+    /// Adds `child`'s error to the group's failures if it failed. Call with `engineLock` held.
+    private func _recordFailureLocked(of child: Job) {
+        if child._lifecycle.outcome == .failed, let error = child._details?.error {
+            failures.append((child._describeLocked, error))
         }
     }
 
