@@ -86,9 +86,10 @@ struct _Actions {
             || !overflow.progressNotifications.isEmpty || !overflow.groupEnds.isEmpty
     }
 
-    /// Finishes `group`, whose last child finished in this section, after unlocking and before
-    /// the section's callbacks (the child's own among them), so that those may wait for it.
-    mutating func endBeforeCallbacks(_ group: GroupJob) {
+    /// Finishes `group`, whose last child finished in this section, after unlocking and after the
+    /// section's callbacks and waiters (the child's own among them), so that whoever waits for the
+    /// group finds what its children's callbacks did.
+    mutating func endAfterCallbacks(_ group: GroupJob) {
         more.groupEnds.append(group)
     }
 
@@ -300,7 +301,7 @@ final class _ActionsOverflow {
     @exclusivity(unchecked) var tasksToCancel: [Task<Void, Never>] = []
     /// Progress objects whose counts changed, with the observers to tell.
     @exclusivity(unchecked) var progressNotifications: [(JobProgress, [JobProgress.Handler])] = []
-    /// Groups whose last child finished in this section, to finish before its callbacks.
+    /// Groups whose last child finished in this section, to finish after its callbacks.
     @exclusivity(unchecked) var groupEnds: [GroupJob] = []
 
     func touch(_ queue: JobQueue) {
@@ -328,11 +329,6 @@ final class _ActionsOverflow {
             let generation = start.generation
             start.target.async { queue._runWorker(generation: generation) }
         }
-        // Before the callbacks of the children whose finish ended them, so that a child's callback
-        // may wait for its group. Finishing delivers the group's own callbacks, with no worker context.
-        for group in groupEnds {
-            group._end()
-        }
         if !deliveries.isEmpty || !cancelOverrides.isEmpty || !progressNotifications.isEmpty {
             // Callbacks run with no worker context, whichever thread runs them: `JobQueue.current`
             // is `nil` there, and a wait from a callback is not mistaken for a job waiting for itself.
@@ -351,6 +347,12 @@ final class _ActionsOverflow {
         }
         for waiter in waiters {
             waiter.resume()
+        }
+        // After the callbacks and waiters of the children whose finish ended them, so that the
+        // group's waiters find what those did. Finishing delivers the group's own callbacks, with
+        // no worker context.
+        for group in groupEnds {
+            group._end()
         }
         released = []
         releasedObjects = []

@@ -48,8 +48,8 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(succeeded(after))
     }
 
-    @Test func theGroupFinishesBeforeItsLastChildsObserversAndCompletionBlock() async {
-        // Docs/Concepts.md: the finish that counts the group down to zero ends it before that
+    @Test func theGroupFinishesAfterItsLastChildsObserversAndCompletionBlock() async {
+        // Docs/Concepts.md: the finish that counts the group down to zero ends it after that
         // finish's callbacks, whatever order the observers were added in.
         let queue = JobQueue(name: "group-order")
         let log = Log<String>()
@@ -63,23 +63,8 @@ private func succeeded(_ job: Job) -> Bool {
             if event == .finished { log.append("group finished") }
         }
         queue.addJob(group)
-        await child.waitUntilFinished()
-        #expect(log.values == ["child ran", "group finished", "child observer", "child completion"])
-    }
-
-    @Test func theLastChildsCompletionBlockMayWaitForItsGroup() async {
-        let queue = JobQueue(name: "child-waits-for-group")
-        let sawGroupFinished = Flag()
-        let child = BlockJob {}
-        let group = GroupJob(name: "waited-for", jobs: [child])
-        // Runs on the worker's thread, a Dispatch thread, where a blocking wait is allowed.
-        child.completionBlock = {
-            group.waitUntilFinished()
-            sawGroupFinished.set()
-        }
-        queue.addJob(group)
-        await child.waitUntilFinished()
-        #expect(sawGroupFinished.value && group.isFinished)
+        await group.waitUntilFinished()
+        #expect(log.values == ["child ran", "child observer", "child completion", "group finished"])
     }
 
     @Test func aChildHandedToACancelledGroupStillCountsInItsFirstGroup() async {
