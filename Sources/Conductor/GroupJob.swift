@@ -11,11 +11,10 @@
 ///   queue of children, whose limit is `maxConcurrentJobCount`. The group holds one slot of its own
 ///   queue from then until it finishes: when every child (and every job they
 ///   ``Job/produce(_:)``d) has finished. A group with no children finishes as soon as it starts.
-///   The engine counts the children as they finish. The group finishes on the thread that finished
-///   its last child, after the callbacks of that finish (the child's observers, completion block
-///   and waiters), so whoever waits for the group finds what they did; those callbacks must not
-///   wait for the group (`Docs/Concepts.md`, the order when a job finishes, has the details and
-///   two exceptions).
+///   The engine counts the children as they finish. The group finishes after its last child's
+///   observers, completion block and waiters, so whoever waits for the group finds what they did;
+///   those callbacks must not wait for the group (`Docs/Concepts.md`, the order when a job
+///   finishes).
 /// - Its outcome: `.failed` with a ``GroupFailure`` naming each failed child and its error, if any
 ///   child failed; otherwise `.succeeded`. A child cancelled on its own does not fail the group.
 /// - Cancelling the group records its own reason first (its outcome is `.cancelled` with it), then
@@ -25,7 +24,7 @@
 ///   `.finished` observers and waiters see it finished.
 /// - ``addChild(_:)`` may be called until the group finishes; on a finished group it traps. An
 ///   executing group counts as finished from the moment its last child finishes (it then finishes
-///   on that child's thread, after the child's callbacks). A child that has already finished counts as finished (and, if it
+///   after the child's callbacks). A child that has already finished counts as finished (and, if it
 ///   failed, as a failure). A running child adds to its group with ``Job/produce(_:)``, which
 ///   counts the new child before the producer can finish, so the group cannot finish in between.
 /// - Exclusivity categories held by a group count as held by its children, at any depth: a child
@@ -152,16 +151,15 @@ public final class GroupJob: Job, @unchecked Sendable {
     }
 
     /// `child`, which this group counts, finished in the caller's section: counts the group down
-    /// and, if that was its last unfinished child and the group is executing, seals it and has it
-    /// finish after unlocking, after the section's callbacks. Call with `engineLock` held, from
-    /// `Job._finishLocked`, where the child's outcome is already fixed.
-    func _childFinishedLocked(_ child: Job, _ actions: inout _Actions) {
+    /// and, if that was its last unfinished child and the group is executing, seals it. Returns
+    /// whether it did: the caller then has the group finish (`_end()`) after the child's callbacks.
+    /// Call with `engineLock` held, from `Job._finishLocked`, where the child's outcome is fixed.
+    func _childFinishedLocked(_ child: Job) -> Bool {
         unfinished -= 1
         _recordFailureLocked(of: child)
-        if unfinished == 0 && didExecute && !isSealed {
-            isSealed = true
-            actions.endAfterCallbacks(self)
-        }
+        guard unfinished == 0 && didExecute && !isSealed else { return false }
+        isSealed = true
+        return true
     }
 
     /// Adds `child`'s error to the group's failures if it failed. Call with `engineLock` held.

@@ -51,6 +51,9 @@ final class _JobExtras: @unchecked Sendable {
     /// which a later `addChild` on a cancelled group overwrites; and strong, as a group's observer
     /// of its child was: a group started by hand and let go lives until its children finish.
     @exclusivity(unchecked) var countingGroup: GroupJob?
+    /// The group this job's finish sealed, to finish once this job's `.finished` has been delivered
+    /// (`_settleAfterCallbacks`), by whichever thread delivers it.
+    @exclusivity(unchecked) var groupToEnd: GroupJob?
     /// Set when the job was claimed inside a group while naming an exclusivity category that no
     /// group around it holds: the category, and the job's group. The job does not run; it fails
     /// with ``JobError/Code/categoryNotHeldByGroup`` (`Job._refuseToRun`).
@@ -279,6 +282,9 @@ extension Job {
         extras.resumeWaiters(&actions)
         _countSettledInBatchLocked(&actions)
         extras.isDelivering = false
+        if let group = extras.groupToEnd.take() {
+            actions.endAfterCallbacks(group)
+        }
         if let queue = extras.settleQueue {
             extras.settleQueue = nil
             queue._settleLocked(&actions)

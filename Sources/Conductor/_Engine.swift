@@ -86,9 +86,9 @@ struct _Actions {
             || !overflow.progressNotifications.isEmpty || !overflow.groupEnds.isEmpty
     }
 
-    /// Finishes `group`, whose last child finished in this section, after unlocking and after the
-    /// section's callbacks and waiters (the child's own among them), so that whoever waits for the
-    /// group finds what its children's callbacks did.
+    /// Finishes `group`, sealed by its last child's finish, after unlocking and after this
+    /// section's callbacks and waiters: the child's own, when it had none to deliver, or the end of
+    /// its `.finished` delivery. So whoever waits for the group finds what those did.
     mutating func endAfterCallbacks(_ group: GroupJob) {
         more.groupEnds.append(group)
     }

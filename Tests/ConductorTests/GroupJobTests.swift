@@ -67,6 +67,29 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(log.values == ["child ran", "child observer", "child completion", "group finished"])
     }
 
+    @Test func aLastChildFinishedFromItsOwnCancelledObserverIsToldBeforeItsGroupEnds() async {
+        // The child's `.finished` is delivered after its `.cancelled` observer returns, by the
+        // delivery already running; the group ends at the end of that delivery, not inside the
+        // observer.
+        let queue = JobQueue(name: "nested-finish")
+        let log = Log<String>()
+        let started = Signal()
+        let child = AsyncBlockJob { _ in started.fire() }
+        child.observe { event in
+            if event == .cancelled { child.finish() }
+            if event == .finished { log.append("child finished") }
+        }
+        let group = GroupJob(name: "ended-after", jobs: [child])
+        group.observe { event in
+            if event == .finished { log.append("group finished") }
+        }
+        queue.addJob(group)
+        await started.wait()
+        child.cancel()
+        await group.waitUntilFinished()
+        #expect(log.values == ["child finished", "group finished"])
+    }
+
     @Test func aChildHandedToACancelledGroupStillCountsInItsFirstGroup() async {
         let queue = JobQueue(name: "two-groups")
         let child = HeldJob(name: "held child")
