@@ -11,8 +11,8 @@
 ///   queue of children, whose limit is `maxConcurrentJobCount`. The group holds one slot of its own
 ///   queue from then until it finishes: when every child (and every job they
 ///   ``Job/produce(_:)``d) has finished. A group with no children finishes as soon as it starts.
-///   The engine counts the children as they finish. The group finishes after its last child's
-///   observers, completion block and waiters, so whoever waits for the group finds what they did;
+///   The engine counts each child once it has finished and its observers, completion block and
+///   waiters have run, so whoever waits for the group finds what every child's callbacks did;
 ///   those callbacks must not wait for the group (`Docs/Concepts.md`, the order when a job
 ///   finishes).
 /// - Its outcome: `.failed` with a ``GroupFailure`` naming each failed child and its error, if any
@@ -23,8 +23,7 @@
 ///   before it starts has every child, at any depth, cancelled and finished by the time its
 ///   `.finished` observers and waiters see it finished.
 /// - ``addChild(_:)`` may be called until the group finishes; on a finished group it traps. An
-///   executing group counts as finished from the moment its last child finishes (it then finishes
-///   after the child's callbacks). A child that has already finished counts as finished (and, if it
+///   executing group counts as finished from the moment its last child is counted. A child that has already finished counts as finished (and, if it
 ///   failed, as a failure). A running child adds to its group with ``Job/produce(_:)``, which
 ///   counts the new child before the producer can finish, so the group cannot finish in between.
 /// - Exclusivity categories held by a group count as held by its children, at any depth: a child
@@ -150,10 +149,10 @@ public final class GroupJob: Job, @unchecked Sendable {
         children._cancelAllJobs(reason: parentReason)
     }
 
-    /// `child`, which this group counts, finished in the caller's section: counts the group down
-    /// and, if that was its last unfinished child and the group is executing, seals it. Returns
-    /// whether it did: the caller then has the group finish (`_end()`) after the child's callbacks.
-    /// Call with `engineLock` held, from `Job._finishLocked`, where the child's outcome is fixed.
+    /// `child`, which this group counts, has finished and been told so: counts the group down and,
+    /// if that was its last unfinished child and the group is executing, seals it. Returns whether
+    /// it did: the caller then has the group finish (`_end()`) after unlocking. Call with
+    /// `engineLock` held, from `Job._countDownGroupLocked`.
     func _childFinishedLocked(_ child: Job) -> Bool {
         unfinished -= 1
         _recordFailureLocked(of: child)

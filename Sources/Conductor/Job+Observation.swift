@@ -47,13 +47,10 @@ final class _JobExtras: @unchecked Sendable {
     /// The group this job is a child of (weak: the group's queue of children holds the child).
     @exclusivity(unchecked) weak var parentGroup: GroupJob?
     /// The group that counts this job among its unfinished children, from when it takes the job
-    /// until the job's finish counts it down (`GroupJob._childFinishedLocked`). Not `parentGroup`,
+    /// until the job, finished and told so, counts it down (`Job._countDownGroupLocked`). Not `parentGroup`,
     /// which a later `addChild` on a cancelled group overwrites; and strong, as a group's observer
     /// of its child was: a group started by hand and let go lives until its children finish.
     @exclusivity(unchecked) var countingGroup: GroupJob?
-    /// The group this job's finish sealed, to finish once this job's `.finished` has been delivered
-    /// (`_settleAfterCallbacks`), by whichever thread delivers it.
-    @exclusivity(unchecked) var groupToEnd: GroupJob?
     /// Set when the job was claimed inside a group while naming an exclusivity category that no
     /// group around it holds: the category, and the job's group. The job does not run; it fails
     /// with ``JobError/Code/categoryNotHeldByGroup`` (`Job._refuseToRun`).
@@ -274,6 +271,21 @@ extension Job {
         engineLock.unlock()
     }
 
+    /// Counts the job down in the group that counts it, if any, once the job has finished and its
+    /// `.finished` has been delivered (in its finish when it has nothing to deliver, else when it
+    /// settles): so the group, which ends after its last child is counted, ends after every child's
+    /// observers, completion block and waiters. The job's reference to the group goes to `actions`,
+    /// to be released after unlocking (it may be the last), or to end the group. Call with
+    /// `engineLock` held.
+    func _countDownGroupLocked(_ extras: _JobExtras, _ actions: inout _Actions) {
+        guard let group = extras.countingGroup.take() else { return }
+        if group._childFinishedLocked(self) {
+            actions.endAfterCallbacks(group)
+        } else {
+            actions.releaseAfterUnlocking(group)
+        }
+    }
+
     /// The last step of finishing a job with callbacks: wake its waiters and settle its queue.
     private func _settleAfterCallbacks(_ extras: _JobExtras) {
         var actions = _Actions()
@@ -282,9 +294,7 @@ extension Job {
         extras.resumeWaiters(&actions)
         _countSettledInBatchLocked(&actions)
         extras.isDelivering = false
-        if let group = extras.groupToEnd.take() {
-            actions.endAfterCallbacks(group)
-        }
+        _countDownGroupLocked(extras, &actions)
         if let queue = extras.settleQueue {
             extras.settleQueue = nil
             queue._settleLocked(&actions)

@@ -610,19 +610,9 @@ open class Job: @unchecked Sendable {
                 ownProgress = progress
                 progress._finishLocked(&actions)
             }
-            if let group = extras.countingGroup.take() {
-                // Counted down in this section, so that a cancellation of the group, or its start,
-                // sees the same count. A group this sealed ends after this job's callbacks: at the
-                // end of its `.finished` delivery, whichever thread runs it, or after unlocking if
-                // it has none. Otherwise the job's reference to the group is released after
-                // unlocking: it may be the last.
-                if !group._childFinishedLocked(self) {
-                    actions.releaseAfterUnlocking(group)
-                } else if extras.hasCallbacks {
-                    extras.groupToEnd = group
-                } else {
-                    actions.endAfterCallbacks(group)
-                }
+            if !extras.hasCallbacks {
+                // Nothing to deliver: its group counts it now (otherwise when it settles).
+                _countDownGroupLocked(extras, &actions)
             }
             if extras.hasCallbacks {
                 hasCallbacks = true

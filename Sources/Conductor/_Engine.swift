@@ -86,9 +86,8 @@ struct _Actions {
             || !overflow.progressNotifications.isEmpty || !overflow.groupEnds.isEmpty
     }
 
-    /// Finishes `group`, sealed by its last child's finish, after unlocking and after this
-    /// section's callbacks and waiters: the child's own, when it had none to deliver, or the end of
-    /// its `.finished` delivery. So whoever waits for the group finds what those did.
+    /// Finishes `group`, sealed by its last child's count-down (`Job._countDownGroupLocked`),
+    /// after unlocking and after this section's callbacks and waiters.
     mutating func endAfterCallbacks(_ group: GroupJob) {
         more.groupEnds.append(group)
     }
