@@ -22,10 +22,12 @@
 ///   group. A child added to a cancelled group starts cancelled the same way. A group cancelled
 ///   before it starts has every child, at any depth, cancelled and finished by the time its
 ///   `.finished` observers and waiters see it finished.
-/// - ``addChild(_:)`` may be called until the group finishes; on a finished group it traps. An
-///   executing group counts as finished from the moment its last child is counted. A child that has already finished counts as finished (and, if it
-///   failed, as a failure). A running child adds to its group with ``Job/produce(_:)``, which
-///   counts the new child before the producer can finish, so the group cannot finish in between.
+/// - ``addChild(_:)`` may be called until the group finishes; on a finished group it traps, as it
+///   does for a job on a queue (another group's child included) or executing. An executing group
+///   counts as finished from the moment its last child is counted. A child that has already
+///   finished counts as finished (and, if it failed, as a failure). A running child adds to its
+///   group with ``Job/produce(_:)``, which counts the new child before the producer can finish, so
+///   the group cannot finish in between.
 /// - Exclusivity categories held by a group count as held by its children, at any depth: a child
 ///   naming one of them runs without waiting for the group to let it go. Inside a group, a job may
 ///   name only categories a group around it holds; one that names another fails with
@@ -67,7 +69,8 @@ public final class GroupJob: Job, @unchecked Sendable {
 
     /// Adds `job` as a child: it runs on the group's queue of children once the group executes, and
     /// the group finishes only after it has. A child added to a cancelled group is cancelled with
-    /// ``CancellationReason/Code/parentCancelled``. Adding a child to a finished group traps.
+    /// ``CancellationReason/Code/parentCancelled``. Adding a child to a finished group traps, as
+    /// does adding, to any group, a job that is on a queue (another group's included) or executing.
     public func addChild(_ job: Job) {
         var actions = _Actions()
         engineLock.lock()
@@ -75,6 +78,12 @@ public final class GroupJob: Job, @unchecked Sendable {
             let name = _describeLocked
             engineLock.unlock()
             _trap("GroupJob.addChild(_:): '\(name)' has already finished; add children before it finishes")
+        }
+        // A job on a queue (another group's included) or started by hand belongs elsewhere,
+        // whatever this group's state: checked before anything changes.
+        if job._queue != nil || job._state == .executing, let problem = children._joinProblemLocked(job) {
+            engineLock.unlock()
+            _trap("GroupJob.addChild(_:): \(problem)")
         }
         let cancelled = _isCancelled || isRefused
         job._extrasLocked.parentGroup = self
@@ -91,10 +100,8 @@ public final class GroupJob: Job, @unchecked Sendable {
             if job._state != .finished {
                 unfinished += 1
                 job._extrasLocked.countingGroup = self
-                if let problem = children._enqueueLocked(job, &actions) {
-                    engineLock.unlock()
-                    _trap("GroupJob.addChild(_:): \(problem)")
-                }
+                // Cannot fail: the job is on no queue and has not started (checked above).
+                _ = children._enqueueLocked(job, &actions)
                 actions.touch(children)
                 actions.planWorkersLocked()
             } else {

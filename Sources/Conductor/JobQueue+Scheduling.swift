@@ -31,20 +31,9 @@ extension JobQueue {
 
     /// `_enqueueLocked` without admitting the pushed jobs first: for admitting them, oldest first.
     func _enqueueAfterPushedLocked(_ job: Job, inLine: Bool = true, _ actions: inout _Actions) -> String? {
-        if let owner = job._queue?.takeUnretainedValue() {
-            return owner === self
-                ? "'\(job._describeLocked)' is already on this queue ('\(_displayNameLocked)'); a job is added once"
-                : "'\(job._describeLocked)' is already on queue '\(owner._displayNameLocked)'; a job belongs to one queue"
-        }
-        switch job._state {
-        case .finished where job._isCancelled:
+        if job._queue != nil || !job._lifecycle.isUnstarted {
+            if let problem = _joinProblemLocked(job) { return problem }
             return nil  // Cancelled before it was added: already finished, nothing to run.
-        case .finished:
-            return "'\(job._describeLocked)' has already finished; a finished job cannot be added again"
-        case .executing:
-            return "'\(job._describeLocked)' is already executing (started with start())"
-        case .pending, .ready:
-            break
         }
         job._queue = Unmanaged.passUnretained(self)
         _countJoiningLocked(job, &actions)
@@ -59,6 +48,28 @@ extension JobQueue {
             _enqueueGeneratedDependenciesLocked(of: job, extras, &actions)
         }
         return nil
+    }
+
+    /// Why `job` cannot be added to this queue: it is on a queue already, executing, or finished
+    /// (`nil` for a job cancelled before it was added, which is accepted and has nothing to run).
+    /// Call with `engineLock` held, off the hot path.
+    @inline(never)
+    func _joinProblemLocked(_ job: Job) -> String? {
+        if let owner = job._queue?.takeUnretainedValue() {
+            return owner === self
+                ? "'\(job._describeLocked)' is already on this queue ('\(_displayNameLocked)'); a job is added once"
+                : "'\(job._describeLocked)' is already on queue '\(owner._displayNameLocked)'; a job belongs to one queue"
+        }
+        switch job._state {
+        case .finished where job._isCancelled:
+            return nil
+        case .finished:
+            return "'\(job._describeLocked)' has already finished; a finished job cannot be added again"
+        case .executing:
+            return "'\(job._describeLocked)' is already executing (started with start())"
+        case .pending, .ready:
+            return nil
+        }
     }
 
     /// Counts `job` in the current epoch and, if it is ready, puts it in line (unless `inLine` is

@@ -90,22 +90,34 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(log.values == ["child finished", "group finished"])
     }
 
-    @Test func aChildHandedToACancelledGroupStillCountsInItsFirstGroup() async {
+    @Test func aFinishedChildHandedToAnotherGroupStillCountsInItsFirstGroup() async {
         let queue = JobQueue(name: "two-groups")
         let child = HeldJob(name: "held child")
+        let inCompletion = Signal()
+        let release = DispatchSemaphore(value: 0)
+        child.completionBlock = {
+            inCompletion.fire()
+            release.wait()
+        }
         let first = GroupJob(name: "first", jobs: [child])
-        let cancelled = GroupJob(name: "cancelled")
-        cancelled.cancel()
+        let second = GroupJob(name: "second")
         queue.addJob(first)
         await child.started.wait()
-        // A cancelled group takes any job and cancels it. The running child then finishes
-        // cancelled, and its finish must count down the group that counts it, not that one.
-        cancelled.addChild(child)
-        #expect(child.isCancelled)
-        // The group ends in the finish's own delivery, on this thread, before `finish()` returns.
-        child.finish()
-        #expect(child.isFinished && child.isCancelled)
+        let finished = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            child.finish()
+            finished.signal()
+        }
+        // The child has finished and left its queue, but has not counted its group down: its
+        // completion block is running. Another group may take it now, as a finished child, and
+        // becomes its parent; the count-down must still go to the group that counts it.
+        await inCompletion.wait()
+        second.addChild(child)
+        release.signal()
+        // The first group ends in the child's delivery, before `finish()` returns on that thread.
+        await waitForSignals(finished)
         #expect(first.isFinished && succeeded(first))
+        #expect(!second.isFinished)
     }
 
     @Test func aGroupStartedByHandAndLetGoLivesUntilItsChildrenFinish() async {

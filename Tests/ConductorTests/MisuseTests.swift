@@ -257,6 +257,38 @@ private final class BlockJobBox: @unchecked Sendable {
                 "GroupJob.addChild(_:): 'finished-group' has already finished; add children before it finishes"))
     }
 
+    @Test func addingAnotherGroupsChildToACancelledGroupTraps() async {
+        // A cancelled group cancels the children it is given; one that belongs to another group
+        // must not be taken from it (nor counted by two groups).
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let first = GroupJob(name: "first-group")
+            let child = BlockJob {}
+            child.name = "shared-child"
+            first.addChild(child)
+            let second = GroupJob(name: "second-group")
+            second.cancel()
+            second.addChild(child)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "GroupJob.addChild(_:): 'shared-child' is already on queue 'first-group.children'; a job belongs to one queue"
+            ))
+    }
+
+    @Test func addingAQueuedJobAsAChildTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "owner-queue")
+            queue.isSuspended = true
+            let job = BlockJob {}
+            job.name = "queued-job"
+            queue.addJob(job)
+            GroupJob(name: "taker").addChild(job)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "GroupJob.addChild(_:): 'queued-job' is already on queue 'owner-queue'; a job belongs to one queue"))
+    }
+
     @Test func producingOutsideTheJobsWorkTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let job = BlockJob {}
