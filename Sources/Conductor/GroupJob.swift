@@ -48,6 +48,10 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// Set, in the critical section that finds every child finished after the group executed: the
     /// group is finishing, and takes no more children.
     @exclusivity(unchecked) private var isSealed = false
+    /// The units of the children that finished while the group had no progress object: each
+    /// child's total (one without a progress of its own is one unit). The progress, made when
+    /// first needed, starts from them (`_newProgressLocked`).
+    @exclusivity(unchecked) private var finishedUnits: Int64 = 0
 
     /// Creates a group whose children run at most `maxConcurrentJobCount` at a time, starting with
     /// `jobs`.
@@ -59,7 +63,6 @@ public final class GroupJob: Job, @unchecked Sendable {
         super.init(finishesWhenExecuteReturns: false)
         if let name { self.name = name }
         engineLock.withLock {
-            _extrasLocked.progress = JobProgress(kind: .group, total: 0, completed: 0)
             children._owningGroup = self
         }
         for job in jobs {
@@ -87,10 +90,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         }
         let cancelled = _isCancelled || isRefused
         job._extrasLocked.parentGroup = self
-        // Every child counts in the group's progress with its units, a finished one as complete.
-        if let progress = _extras?.progress, progress.storage.read({ !$0.finished }) {
-            progress._adoptLocked(job._progressLocked(&actions), &actions)
-        }
+        _countChildInProgressLocked(job, settled: cancelled || job._state == .finished, &actions)
         // Counted and put on the queue of children in one critical section, counted first: its
         // finish counts the group down in whatever section it happens (the engine does, not an
         // observer), and a cancellation or refusal of the group, which cancels what is on that
@@ -154,6 +154,63 @@ public final class GroupJob: Job, @unchecked Sendable {
         // next one start before it is cancelled too. The finish of the last counted one ends an
         // executing group (`_childFinishedLocked`).
         children._cancelAllJobs(reason: parentReason)
+    }
+
+    /// Every child counts in the group's progress with its units, a finished one (or one this
+    /// cancelled group cancels at once) as complete. Until the group has a progress object, a
+    /// child only counts when it finishes (`finishedUnits`), and costs nothing before.
+    private func _countChildInProgressLocked(_ job: Job, settled: Bool, _ actions: inout _Actions) {
+        if let progress = _extras?.progress {
+            guard progress.storage.read({ !$0.finished }) else { return }
+            if let own = job._progressToCountLocked(&actions) {
+                progress._adoptLocked(own, &actions)
+            } else {
+                progress._addLocked(total: 1, completed: settled ? 1 : 0, &actions)
+            }
+        } else if settled {
+            finishedUnits += job._extras?.progress.map { max($0.storage.read { $0.total }, 1) } ?? 1
+        }
+    }
+
+    /// `child`, which this group counts, has finished: its units complete in the group's progress,
+    /// or, while the group has none, add to `finishedUnits`. `own` is the child's progress, if it
+    /// has one (finished, so its total is at least 1). Call with `engineLock` held, in the child's
+    /// finish.
+    func _childFinishedInProgressLocked(_ own: JobProgress?, _ actions: inout _Actions) {
+        if let progress = _extras?.progress {
+            // A child's own progress counts here and completed as it finished; one without counts
+            // one unit.
+            if own?._parentLocked !== progress {
+                progress._addLocked(total: 0, completed: 1, &actions)
+            }
+        } else {
+            finishedUnits += own?.storage.read { $0.total } ?? 1
+        }
+    }
+
+    /// The group's progress: its children's units added up, finished ones complete, each child's
+    /// own progress taken to count here. Made when first needed, counting nowhere yet.
+    override func _newProgressLocked(_ actions: inout _Actions) -> JobProgress {
+        var (total, completed) = (finishedUnits, finishedUnits)
+        if _state == .finished {
+            let units = max(total, 1)
+            return JobProgress(kind: .group, total: units, completed: units, finished: true)
+        }
+        var adopted: [JobProgress] = []
+        // O(children) once. Every unfinished child is on the queue of children until it finishes.
+        for child in children._membersLocked() {
+            if let own = child._progressToCountLocked(&actions) {
+                adopted.append(own)
+                let (ownTotal, ownCompleted) = own.storage.read { ($0.total, min($0.completed, $0.total)) }
+                total += ownTotal
+                completed += ownCompleted
+            } else {
+                total += 1
+            }
+        }
+        let progress = JobProgress(kind: .group, total: total, completed: completed)
+        for own in adopted { own._parentLocked = progress }
+        return progress
     }
 
     /// `child`, which this group counts, has finished and been told so: counts the group down and,

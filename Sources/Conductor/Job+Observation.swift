@@ -48,14 +48,16 @@ final class _JobExtras: @unchecked Sendable {
     @exclusivity(unchecked) weak var parentGroup: GroupJob?
     /// The group that counts this job among its unfinished children, from when it takes the job
     /// until the job, finished and told so, counts it down (`Job._countDownGroupLocked`). Not `parentGroup`,
-    /// which a later `addChild` on a cancelled group overwrites; and strong, as a group's observer
-    /// of its child was: a group started by hand and let go lives until its children finish.
+    /// which a later `addChild` overwrites once the job has finished; and strong, as a group's
+    /// observer of its child was: a group started by hand and let go lives until its children
+    /// finish.
     @exclusivity(unchecked) var countingGroup: GroupJob?
     /// Set when the job was claimed inside a group while naming an exclusivity category that no
     /// group around it holds: the category, and the job's group. The job does not run; it fails
     /// with ``JobError/Code/categoryNotHeldByGroup`` (`Job._refuseToRun`).
     @exclusivity(unchecked) var categoryRefusal: (category: String, group: GroupJob)?
-    /// The job's progress, once someone asked for it (``Job/progress``), or a group's from its start.
+    /// The job's progress, once someone asked for it (``Job/progress``); a group's also once a
+    /// progress that counts the group exists (`Job._progressToCountLocked`).
     @exclusivity(unchecked) var progress: JobProgress?
     /// The job's time limit (``Job/timeout``), and the timer counting it down while it executes.
     @exclusivity(unchecked) var timeout: Duration?

@@ -610,6 +610,9 @@ open class Job: @unchecked Sendable {
                 ownProgress = progress
                 progress._finishLocked(&actions)
             }
+            if let group = extras.countingGroup {
+                group._childFinishedInProgressLocked(ownProgress, &actions)
+            }
             if !extras.hasCallbacks {
                 // Nothing to deliver: its group counts it now (otherwise when it settles).
                 _countDownGroupLocked(extras, &actions)
@@ -694,6 +697,15 @@ open class Job: @unchecked Sendable {
     /// Whether the job is made of other jobs (``GroupJob``, ``RetryJob``): its long executions are
     /// its children's or attempts', so ``StallWatchdog`` reports those instead.
     var _isComposite: Bool { false }
+
+    /// A new progress object for the job (`_progressLocked`), counting nowhere yet: one unit,
+    /// complete if the job has finished. A ``GroupJob``'s adds up its children. Call with
+    /// `engineLock` held.
+    func _newProgressLocked(_ actions: inout _Actions) -> JobProgress {
+        _state == .finished
+            ? JobProgress(kind: .job, total: 1, completed: 1, finished: true)
+            : JobProgress(kind: .job, total: 1, completed: 0)
+    }
 
     /// What an executing job of a composite kind waits for, for ``explain()``; `nil` for plain
     /// jobs. Overridden by ``GroupJob`` and ``RetryJob``. Call with `engineLock` held.

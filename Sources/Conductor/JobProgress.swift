@@ -6,7 +6,8 @@
 ///   advance ``completedUnitCount`` from its work. Whatever it reached, a finished job's progress
 ///   is complete.
 /// - ``GroupJob``'s `progress`: the sum over its children (and the jobs they produce), so each child
-///   weighs as much as its total.
+///   weighs as much as its total. Made when first needed (asked for, or counted by a queue's or a
+///   parent group's progress), it starts from the totals its finished children ended with.
 /// - ``JobQueue/progress``: the sum over the jobs added since the queue was last idle; adding a job
 ///   to an idle queue starts a new count.
 ///
@@ -252,7 +253,8 @@ extension Job {
     /// A ``GroupJob``'s progress adds up its children's.
     ///
     /// The object is created on first use and the job keeps it; a job nobody asks pays nothing. For
-    /// a job that finished before anyone asked, it is a complete one-unit progress.
+    /// a job that finished before anyone asked, it is a complete one-unit progress (a group's, its
+    /// children's units, complete).
     public var progress: JobProgress {
         var actions = _Actions()
         engineLock.lock()
@@ -262,19 +264,45 @@ extension Job {
         return progress
     }
 
-    /// The job's progress object, created if it has none: linked to its queue's progress if that
-    /// exists (which counted the job as one unit, as the new object does). Call with `engineLock` held.
+    /// The job's progress object, created if it has none: linked to whatever counted the job as one
+    /// unit (its group's progress, or else its queue's), if that exists, with the new object's
+    /// units in place of that one. Call with `engineLock` held.
     func _progressLocked(_ actions: inout _Actions) -> JobProgress {
         if let progress = _extras?.progress { return progress }
-        if _state == .finished {
-            return JobProgress(kind: .job, total: 1, completed: 1, finished: true)
+        let progress = _newProgressLocked(&actions)
+        if _state == .finished { return progress }
+        let extras = _extrasLocked
+        extras.progress = progress
+        // A group's child counts in its group, never in the progress of its group's queue of
+        // children.
+        let parent: JobProgress?
+        if let group = extras.countingGroup {
+            parent = group._extras?.progress
+        } else {
+            parent = _queue?._withUnsafeGuaranteedRef { $0._progress }
         }
-        let progress = JobProgress(kind: .job, total: 1, completed: 0)
-        _extrasLocked.progress = progress
-        // A group's child counts in its group (`GroupJob.addChild` adopts it), never in the
-        // progress of its group's queue of children.
-        if _extras?.parentGroup == nil, let queueProgress = _queue?._withUnsafeGuaranteedRef({ $0._progress }) {
-            progress._parentLocked = queueProgress
+        if let parent {
+            progress._parentLocked = parent
+            // Only a group's progress starts at other counts than the one unit counted for it.
+            let (total, completed) = progress.storage.read { ($0.total, min($0.completed, $0.total)) }
+            if total != 1 || completed != 0 {
+                parent._addLocked(total: total - 1, completed: completed, &actions)
+            }
+        }
+        return progress
+    }
+
+    /// The progress to count when something starts counting this job (its queue's or its group's
+    /// progress is made, or the job joins a queue or group whose progress exists): its own if it
+    /// has one, unlinked or not; and a group's, made now if needed, since what counts a group must
+    /// see its children's units. `nil` for a job without one, which counts as one unit. Call with
+    /// `engineLock` held.
+    func _progressToCountLocked(_ actions: inout _Actions) -> JobProgress? {
+        if let progress = _extras?.progress { return progress }
+        guard self is GroupJob else { return nil }
+        let progress = _newProgressLocked(&actions)
+        if _state != .finished {
+            _extrasLocked.progress = progress
         }
         return progress
     }
@@ -290,18 +318,23 @@ extension JobQueue {
     public var progress: JobProgress {
         // `_update` admits the jobs pushed without the lock first, so they count; its planning,
         // after the progress exists, turns pushing off: from then on every job is counted as added.
-        _update { $0._progress ?? $0._makeProgressLocked() }
+        _update { $0._progress ?? $0._makeProgressLocked(&$1) }
     }
 
-    private func _makeProgressLocked() -> JobProgress {
+    private func _makeProgressLocked(_ actions: inout _Actions) -> JobProgress {
         let finishedSinceIdle = Int64(_addedSinceIdle - _jobCount)
         var total = Int64(_addedSinceIdle)
         var completed = finishedSinceIdle
         var adopted: [JobProgress] = []
         // O(jobs) once: members with a progress of their own that counts nowhere else count with
         // their units.
+        if let group = _owningGroup {
+            // A group's queue of children: the group's progress counts them with their units;
+            // made first, it takes every child's own progress, and this one counts plain units.
+            _ = group._progressLocked(&actions)
+        }
         for job in _membersLocked() {
-            guard let own = job._extras?.progress, own._parentLocked == nil else { continue }
+            guard let own = job._progressToCountLocked(&actions), own._parentLocked == nil else { continue }
             adopted.append(own)
             let (ownTotal, ownCompleted) = own.storage.read { ($0.total, min($0.completed, $0.total)) }
             total += ownTotal - 1
@@ -329,7 +362,7 @@ extension JobQueue {
         if _jobCount == 0 { progress._resetLocked(&actions) }
         // A progress counts toward one parent: a group's child, on its group's queue of children,
         // counts in its group's progress, so here it is a plain unit.
-        if let own = job._extras?.progress, own._parentLocked == nil {
+        if let own = job._progressToCountLocked(&actions), own._parentLocked == nil {
             progress._adoptLocked(own, &actions)
         } else {
             progress._addLocked(total: 1, completed: 0, &actions)

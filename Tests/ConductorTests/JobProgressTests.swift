@@ -287,6 +287,60 @@ private final class FractionWatch: Sendable {
         #expect(reports.value == 1)
     }
 
+    @Test func aGroupAskedLateCountsItsFinishedChildrenWithTheirUnits() async {
+        // Nobody asks for the group's progress until two children have finished: it is made then,
+        // from what they counted as they finished (a total of 4, and one unit).
+        let weighted = BlockJob {}
+        weighted.progress.totalUnitCount = 4
+        let plain = BlockJob {}
+        let held = HeldJob(name: "held child")
+        let group = GroupJob(name: "asked late", maxConcurrentJobCount: 1, jobs: [weighted, plain, held])
+        JobQueue(name: "progress-asked-late").addJob(group)
+        await held.started.wait()
+        let progress = group.progress
+        #expect(progress.totalUnitCount == 6 && progress.completedUnitCount == 5)
+        held.finish()
+        await group.waitUntilFinished()
+        #expect(progress.totalUnitCount == 6 && progress.completedUnitCount == 6)
+    }
+
+    @Test func aQueueOrAGroupMadeToCountAGroupCountsItsChildren() async {
+        // Neither group was asked for its progress: the outer one's, made when the queue's is,
+        // counts the inner group's three children and the plain job beside them.
+        let queue = JobQueue(name: "progress-nested")
+        queue.isSuspended = true
+        let inner = GroupJob(name: "inner", jobs: [BlockJob {}, BlockJob {}, BlockJob {}])
+        let outer = GroupJob(name: "outer", maxConcurrentJobCount: 1, jobs: [inner, BlockJob {}])
+        queue.addJobs([outer, BlockJob {}], waitUntilFinished: false)
+        let progress = queue.progress
+        #expect(progress.totalUnitCount == 5 && progress.completedUnitCount == 0)
+        // A group added to a queue whose progress exists counts its children too.
+        queue.addJob(GroupJob(name: "later", jobs: [BlockJob {}, BlockJob {}]))
+        #expect(progress.totalUnitCount == 7)
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(progress.totalUnitCount == 7 && progress.completedUnitCount == 7)
+        #expect(outer.progress.totalUnitCount == 4 && inner.progress.totalUnitCount == 3)
+    }
+
+    @Test func theQueueOfChildrenCountsPlainUnitsWhenAChildAsksBeforeItsGroup() async {
+        // The first child asks for its queue's progress (the group's queue of children) before
+        // anyone asked for the group's: the group's is made first and takes the weighted child's
+        // units, so the queue of children counts each child as one unit.
+        let seen = Log<Int64>()
+        let asker = BlockJob { seen.append(JobQueue.current?.progress.totalUnitCount ?? -1) }
+        let weighted = HeldJob(name: "weighted")
+        weighted.progress.totalUnitCount = 5
+        let group = GroupJob(name: "asked from inside", maxConcurrentJobCount: 1, jobs: [asker, weighted])
+        JobQueue(name: "progress-inside").addJob(group)
+        await weighted.started.wait()
+        #expect(seen.values == [2])
+        #expect(group.progress.totalUnitCount == 6 && group.progress.completedUnitCount == 1)
+        weighted.finish()
+        await group.waitUntilFinished()
+        #expect(group.progress.totalUnitCount == 6 && group.progress.completedUnitCount == 6)
+    }
+
     @Test func aJobCountsAtMostItsTotalTowardItsQueue() async {
         let queue = JobQueue(name: "progress-clamped", maxConcurrentJobCount: 1)
         queue.isSuspended = true
