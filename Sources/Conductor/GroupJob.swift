@@ -158,7 +158,9 @@ public final class GroupJob: Job, @unchecked Sendable {
 
     /// Every child counts in the group's progress with its units, a finished one (or one this
     /// cancelled group cancels at once) as complete. Until the group has a progress object, a
-    /// child only counts when it finishes (`finishedUnits`), and costs nothing before.
+    /// child only counts when it finishes (`finishedUnits`), and costs nothing before; except a
+    /// group, whose progress is made now, so that it carries its children's units when it finishes
+    /// (one object per nested group). A finished group counts nothing more.
     private func _countChildInProgressLocked(_ job: Job, settled: Bool, _ actions: inout _Actions) {
         if let progress = _extras?.progress {
             guard progress.storage.read({ !$0.finished }) else { return }
@@ -167,8 +169,11 @@ public final class GroupJob: Job, @unchecked Sendable {
             } else {
                 progress._addLocked(total: 1, completed: settled ? 1 : 0, &actions)
             }
-        } else if settled {
-            finishedUnits += job._extras?.progress.map { max($0.storage.read { $0.total }, 1) } ?? 1
+        } else if _state != .finished {
+            let own = job._progressToCountLocked(&actions)
+            if settled {
+                finishedUnits += own.map { max($0.storage.read { $0.total }, 1) } ?? 1
+            }
         }
     }
 
@@ -197,8 +202,10 @@ public final class GroupJob: Job, @unchecked Sendable {
             return JobProgress(kind: .group, total: units, completed: units, finished: true)
         }
         var adopted: [JobProgress] = []
-        // O(children) once. Every unfinished child is on the queue of children until it finishes.
-        for child in children._membersLocked() {
+        // O(children) once. Every unfinished child is on the queue of children until it finishes;
+        // so are jobs the group does not count (a child's conditions' generated dependencies, a
+        // job a child added to `JobQueue.current`), which count in that queue's progress only.
+        for child in children._membersLocked() where child._extras?.countingGroup === self {
             if let own = child._progressToCountLocked(&actions) {
                 adopted.append(own)
                 let (ownTotal, ownCompleted) = own.storage.read { ($0.total, min($0.completed, $0.total)) }

@@ -283,7 +283,9 @@ extension Job {
         }
         if let parent {
             progress._parentLocked = parent
-            // Only a group's progress starts at other counts than the one unit counted for it.
+            // Defensive: only a group's progress starts at other counts than the one unit counted
+            // for it, and whatever counts a group makes the group's progress first
+            // (`_progressToCountLocked`), so this is not reached today.
             let (total, completed) = progress.storage.read { ($0.total, min($0.completed, $0.total)) }
             if total != 1 || completed != 0 {
                 parent._addLocked(total: total - 1, completed: completed, &actions)

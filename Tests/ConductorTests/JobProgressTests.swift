@@ -31,6 +31,14 @@ private final class FractionWatch: Sendable {
     var readings: Int { last.count }
 }
 
+/// A condition whose generated dependency is `login`, and which then holds.
+private struct LoginCondition: JobCondition {
+    let login: Job
+    var name: String { "logged in" }
+    func dependency(for job: Job) -> Job? { login }
+    func evaluate(for job: Job) async throws -> Bool { true }
+}
+
 @Suite struct JobProgressTests {
     @Test func aJobIsOneUnitCompletedWhenItFinishes() async {
         let job = BlockJob {}
@@ -339,6 +347,61 @@ private final class FractionWatch: Sendable {
         weighted.finish()
         await group.waitUntilFinished()
         #expect(group.progress.totalUnitCount == 6 && group.progress.completedUnitCount == 6)
+    }
+
+    @Test func aNestedGroupThatFinishedBeforeAnyoneAskedCountsItsChildren() async {
+        // The inner group finishes before the outer group's progress is made; it counts its three
+        // children, not one unit. A child that makes its own progress after its group's exists
+        // counts in the group's with the total it sets.
+        let inner = GroupJob(name: "inner", jobs: [BlockJob {}, BlockJob {}, BlockJob {}])
+        let held = HeldJob(name: "held")
+        let outer = GroupJob(name: "outer", maxConcurrentJobCount: 1, jobs: [inner, held])
+        JobQueue(name: "progress-nested-finished").addJob(outer)
+        await held.started.wait()
+        let progress = outer.progress
+        #expect(progress.totalUnitCount == 4 && progress.completedUnitCount == 3)
+        #expect(inner.progress.totalUnitCount == 3 && inner.progress.completedUnitCount == 3)
+        held.progress.totalUnitCount = 5
+        #expect(progress.totalUnitCount == 8 && progress.completedUnitCount == 3)
+        held.finish()
+        await outer.waitUntilFinished()
+        #expect(progress.totalUnitCount == 8 && progress.completedUnitCount == 8)
+    }
+
+    @Test func aCancelledGroupAddedAsAChildCountsItsChildren() async {
+        let cancelled = GroupJob(name: "cancelled", jobs: [BlockJob {}, BlockJob {}])
+        cancelled.cancel()
+        let held = HeldJob(name: "held")
+        let outer = GroupJob(name: "outer", jobs: [held])
+        outer.addChild(cancelled)
+        // Children given to the finished, cancelled group are cancelled, and count nowhere.
+        cancelled.addChild(BlockJob {})
+        cancelled.addChild(BlockJob {})
+        #expect(cancelled.progress.totalUnitCount == 2 && cancelled.progress.completedUnitCount == 2)
+        #expect(outer.progress.totalUnitCount == 3 && outer.progress.completedUnitCount == 2)
+        JobQueue(name: "progress-cancelled-child").addJob(outer)
+        await held.started.wait()
+        held.finish()
+        await outer.waitUntilFinished()
+        #expect(outer.progress.totalUnitCount == 3 && outer.progress.completedUnitCount == 3)
+    }
+
+    @Test func aChildsGeneratedDependencyCountsOnlyInTheQueueOfChildren() async {
+        // The login job runs on the group's queue of children, as the generated dependency of a
+        // child's condition; the group does not count it, before or after its progress is made.
+        let login = BlockJob {}
+        let child = BlockJob {}
+        child.addCondition(LoginCondition(login: login))
+        let group = GroupJob(name: "with login", jobs: [child])
+        #expect(group.progress.totalUnitCount == 1 && group.progress.completedUnitCount == 0)
+        let fractions = Log<Double>()
+        child.observe { event in
+            if case .finished = event { fractions.append(group.progress.fractionCompleted) }
+        }
+        JobQueue(name: "progress-login").addJob(group)
+        await group.waitUntilFinished()
+        #expect(login.isFinished && group.progress.totalUnitCount == 1)
+        #expect(fractions.values == [1.0])
     }
 
     @Test func aJobCountsAtMostItsTotalTowardItsQueue() async {
