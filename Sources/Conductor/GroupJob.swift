@@ -34,8 +34,8 @@
 ///   ``JobError/Code/categoryNotHeldByGroup`` without running, since waiting for it while the
 ///   group holds its slot and categories could deadlock.
 public final class GroupJob: Job, @unchecked Sendable {
-    // @unchecked Sendable: `children` is a JobQueue (itself Sendable); `unfinished`, `failures` and
-    // `isSealed` are guarded by `engineLock`, and so `@exclusivity(unchecked)`, like `Job`'s own.
+    // @unchecked Sendable: `children` is a JobQueue (itself Sendable); every other stored property
+    // is guarded by `engineLock`, and so `@exclusivity(unchecked)`, like `Job`'s own.
 
     /// The queue the children run on, suspended until the group starts.
     private let children: JobQueue
@@ -52,6 +52,10 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// child's total (one without a progress of its own is one unit). The progress, made when
     /// first needed, starts from them (`_newProgressLocked`).
     @exclusivity(unchecked) private var finishedUnits: Int64 = 0
+    /// The group itself, while it has unfinished children: what keeps it alive for its children's
+    /// unowned `countingGroup`, and a group started by hand and let go until they finish. One
+    /// reference per stretch of unfinished children, not one per child.
+    @exclusivity(unchecked) private var selfWhileCounting: GroupJob?
 
     /// Creates a group whose children run at most `maxConcurrentJobCount` at a time, starting with
     /// `jobs`.
@@ -98,6 +102,9 @@ public final class GroupJob: Job, @unchecked Sendable {
         // finished child.
         if !cancelled {
             if job._state != .finished {
+                if unfinished == 0 {
+                    selfWhileCounting = self
+                }
                 unfinished += 1
                 job._extrasLocked.countingGroup = self
                 // Cannot fail: the job is on no queue and has not started (checked above).
@@ -220,16 +227,21 @@ public final class GroupJob: Job, @unchecked Sendable {
         return progress
     }
 
-    /// `child`, which this group counts, has finished and been told so: counts the group down and,
-    /// if that was its last unfinished child and the group is executing, seals it. Returns whether
-    /// it did: the caller then has the group finish (`_end()`) after unlocking. Call with
-    /// `engineLock` held, from `Job._countDownGroupLocked`.
-    func _childFinishedLocked(_ child: Job) -> Bool {
+    /// `child`, which this group counts, has finished and been told so: counts the group down. At
+    /// its last unfinished child the group lets go of itself (`selfWhileCounting`): if it is
+    /// executing, it seals, and `actions` finishes it (`_end()`) after unlocking with that
+    /// reference; otherwise the reference is released after unlocking (it may be the last). Call
+    /// with `engineLock` held, from `Job._countDownGroupLocked`.
+    func _childFinishedLocked(_ child: Job, _ actions: inout _Actions) {
         unfinished -= 1
         _recordFailureLocked(of: child)
-        guard unfinished == 0 && didExecute && !isSealed else { return false }
-        isSealed = true
-        return true
+        guard unfinished == 0, let counting = selfWhileCounting.take() else { return }
+        if didExecute && !isSealed {
+            isSealed = true
+            actions.endAfterCallbacks(counting)
+        } else {
+            actions.releaseAfterUnlocking(counting)
+        }
     }
 
     /// Adds `child`'s error to the group's failures if it failed. Call with `engineLock` held.

@@ -48,10 +48,11 @@ final class _JobExtras: @unchecked Sendable {
     @exclusivity(unchecked) weak var parentGroup: GroupJob?
     /// The group that counts this job among its unfinished children, from when it takes the job
     /// until the job, finished and told so, counts it down (`Job._countDownGroupLocked`). Not `parentGroup`,
-    /// which a later `addChild` overwrites once the job has finished; and strong, as a group's
-    /// observer of its child was: a group started by hand and let go lives until its children
-    /// finish.
-    @exclusivity(unchecked) var countingGroup: GroupJob?
+    /// which a later `addChild` overwrites once the job has finished. Unowned: a group holds
+    /// itself while it has unfinished children (`GroupJob.selfWhileCounting`), which include this
+    /// job for as long as the field is set, so it is alive whenever the field is read; and, as
+    /// when each child held it, a group started by hand and let go lives until its children finish.
+    @exclusivity(unchecked) unowned(unsafe) var countingGroup: GroupJob?
     /// Set when the job was claimed inside a group while naming an exclusivity category that no
     /// group around it holds: the category, and the job's group. The job does not run; it fails
     /// with ``JobError/Code/categoryNotHeldByGroup`` (`Job._refuseToRun`).
@@ -276,16 +277,11 @@ extension Job {
     /// Counts the job down in the group that counts it, if any, once the job has finished and its
     /// `.finished` has been delivered (in its finish when it has nothing to deliver, else when it
     /// settles): so the group, which ends after its last child is counted, ends after every child's
-    /// observers, completion block and waiters. The job's reference to the group goes to `actions`,
-    /// to be released after unlocking (it may be the last), or to end the group. Call with
-    /// `engineLock` held.
+    /// observers, completion block and waiters. Call with `engineLock` held.
     func _countDownGroupLocked(_ extras: _JobExtras, _ actions: inout _Actions) {
-        guard let group = extras.countingGroup.take() else { return }
-        if group._childFinishedLocked(self) {
-            actions.endAfterCallbacks(group)
-        } else {
-            actions.releaseAfterUnlocking(group)
-        }
+        guard let group = extras.countingGroup else { return }
+        extras.countingGroup = nil
+        group._childFinishedLocked(self, &actions)
     }
 
     /// The last step of finishing a job with callbacks: wake its waiters and settle its queue.

@@ -461,4 +461,18 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(group.object == nil)
         #expect(child.object == nil)
     }
+
+    @Test func aGroupCancelledBeforeItStartsIsFreedWithItsChildren() async {
+        // Its children are counted, then cancelled with it before it ever executes: the group's
+        // hold on itself while it has unfinished children ends with the last of them.
+        let (group, child): (WeakReference<GroupJob>, WeakReference<Job>) = {
+            let child = BlockJob {}
+            let group = GroupJob(jobs: [child, BlockJob {}])
+            group.cancel()
+            #expect(group.isFinished && child.isFinished)
+            return (WeakReference(group), WeakReference(child))
+        }()
+        #expect(group.object == nil)
+        #expect(child.object == nil)
+    }
 }
