@@ -131,10 +131,36 @@ private func succeeded(_ job: Job) -> Bool {
             group.start()
         }
         await child.started.wait()
-        // Held by its unfinished child, as by the observer a group used to register on it.
+        // The group holds itself while it has an unfinished child, as the observer it used to
+        // register on each child held it.
         let isAlive = weakGroup.object != nil
         #expect(isAlive)
         child.finish()
+        if isAlive {
+            await waitForSignals(completed)
+        }
+    }
+
+    @Test func aGroupHoldsItselfAgainForAChildAddedAfterItsChildrenFinished() async {
+        let second = HeldJob(name: "second")
+        let completed = DispatchSemaphore(value: 0)
+        let weakGroup: WeakReference<GroupJob>
+        do {
+            let first = BlockJob {}
+            let group = GroupJob(name: "held twice", jobs: [first])
+            // Cancelled on the suspended queue of children, the first child finishes: the group
+            // has no unfinished child, and lets go of itself. The second must make it hold again.
+            first.cancel()
+            #expect(first.isFinished)
+            group.addChild(second)
+            group.completionBlock = { completed.signal() }
+            weakGroup = WeakReference(group)
+            group.start()
+        }
+        await second.started.wait()
+        let isAlive = weakGroup.object != nil
+        #expect(isAlive)
+        second.finish()
         if isAlive {
             await waitForSignals(completed)
         }
