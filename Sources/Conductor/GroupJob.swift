@@ -215,7 +215,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         for child in children._membersLocked() where child._extras?.countingGroup === self {
             if let own = child._progressToCountLocked(&actions) {
                 adopted.append(own)
-                let (ownTotal, ownCompleted) = own.storage.read { ($0.total, min($0.completed, $0.total)) }
+                let (ownTotal, ownCompleted) = own._countedUnits
                 total += ownTotal
                 completed += ownCompleted
             } else {

@@ -137,10 +137,15 @@ public final class JobProgress: Sendable {
         _changeLocked(total: total, completed: total, finished: true, &actions)
     }
 
+    /// What this progress counts toward its parent: its total, and at most its total completed.
+    var _countedUnits: (total: Int64, completed: Int64) {
+        storage.read { ($0.total, min($0.completed, $0.total)) }
+    }
+
     /// Counts `child`'s units in this one (a group's or a queue's) from now on.
     func _adoptLocked(_ child: JobProgress, _ actions: inout _Actions) {
         child._parentLocked = self
-        let (total, completed) = child.storage.read { ($0.total, min($0.completed, $0.total)) }
+        let (total, completed) = child._countedUnits
         _addLocked(total: total, completed: completed, &actions)
     }
 
@@ -265,8 +270,8 @@ extension Job {
     }
 
     /// The job's progress object, created if it has none: linked to whatever counted the job as one
-    /// unit (its group's progress, or else its queue's), if that exists, with the new object's
-    /// units in place of that one. Call with `engineLock` held.
+    /// unit (its group's progress, or else its queue's), if that exists. Call with `engineLock`
+    /// held.
     func _progressLocked(_ actions: inout _Actions) -> JobProgress {
         if let progress = _extras?.progress { return progress }
         let progress = _newProgressLocked(&actions)
@@ -274,22 +279,13 @@ extension Job {
         let extras = _extrasLocked
         extras.progress = progress
         // A group's child counts in its group, never in the progress of its group's queue of
-        // children.
-        let parent: JobProgress?
+        // children. Whatever counts a group made the group's progress first
+        // (`_progressToCountLocked`), so a new one here, a group's included, counts as the one unit
+        // that was counted for the job, if anything counted it.
         if let group = extras.countingGroup {
-            parent = group._extras?.progress
+            progress._parentLocked = group._extras?.progress
         } else {
-            parent = _queue?._withUnsafeGuaranteedRef { $0._progress }
-        }
-        if let parent {
-            progress._parentLocked = parent
-            // Defensive: only a group's progress starts at other counts than the one unit counted
-            // for it, and whatever counts a group makes the group's progress first
-            // (`_progressToCountLocked`), so this is not reached today.
-            let (total, completed) = progress.storage.read { ($0.total, min($0.completed, $0.total)) }
-            if total != 1 || completed != 0 {
-                parent._addLocked(total: total - 1, completed: completed, &actions)
-            }
+            progress._parentLocked = _queue?._withUnsafeGuaranteedRef { $0._progress }
         }
         return progress
     }
@@ -338,7 +334,7 @@ extension JobQueue {
         for job in _membersLocked() {
             guard let own = job._progressToCountLocked(&actions), own._parentLocked == nil else { continue }
             adopted.append(own)
-            let (ownTotal, ownCompleted) = own.storage.read { ($0.total, min($0.completed, $0.total)) }
+            let (ownTotal, ownCompleted) = own._countedUnits
             total += ownTotal - 1
             completed += ownCompleted
         }

@@ -32,8 +32,8 @@ extension JobQueue {
     /// `_enqueueLocked` without admitting the pushed jobs first: for admitting them, oldest first.
     func _enqueueAfterPushedLocked(_ job: Job, inLine: Bool = true, _ actions: inout _Actions) -> String? {
         if job._queue != nil || !job._lifecycle.isUnstarted {
-            if let problem = _joinProblemLocked(job) { return problem }
-            return nil  // Cancelled before it was added: already finished, nothing to run.
+            // `nil` for a job cancelled before it was added: already finished, nothing to run.
+            return _joinProblemLocked(job)
         }
         job._queue = Unmanaged.passUnretained(self)
         _countJoiningLocked(job, &actions)
