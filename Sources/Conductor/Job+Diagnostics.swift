@@ -274,15 +274,15 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
     private func _categoryReasonLocked(_ extras: _JobExtras, now: UInt64, detailed: Bool) -> _WaitReason {
         var short = "category"
         var details: [String] = []
-        for name in extras.lineCategories {
-            let (holder, first) = _exclusivity.occupantsLocked(of: name)
-            if let holder, holder !== self {
+        for category in extras.lineCategories.sorted(by: { $0.name < $1.name }) {
+            let name = category.name
+            if let holder = category.holder, holder !== self {
                 if details.isEmpty { short = "category '\(name)' held by '\(holder._describeLocked)'" }
                 // Only the long text gives the other job's status: a short one must not recurse
                 // through a line of jobs each waiting for the next.
                 guard detailed else { break }
                 details.append("'\(name)' is held by '\(holder._describeLocked)' (\(holder._statusLocked(now: now)))")
-            } else if let first, first !== self {
+            } else if let first = category.first(), first !== self {
                 if details.isEmpty { short = "category '\(name)' behind '\(first._describeLocked)'" }
                 guard detailed else { break }
                 details.append(

@@ -33,17 +33,19 @@ final class _JobExtras: @unchecked Sendable {
     /// Bumped when a condition or, during an evaluation, a dependency is added: an evaluation that
     /// started before cannot satisfy the conditions (a failure still counts).
     @exclusivity(unchecked) var conditionsGeneration: UInt64 = 0
-    /// The job's exclusivity categories, sorted, and its place with them (see
+    /// The job's exclusivity categories (the set it was given: no copy; `nil` for none, which costs
+    /// the many side objects without categories nothing to destroy), and its place with them (see
     /// `_ExclusivityRegistry`): its ticket while it is in line (0 otherwise), whether it was made
     /// ready again because its turn came, and whether it holds them (while it executes).
-    @exclusivity(unchecked) var exclusivityCategories: [String] = []
+    @exclusivity(unchecked) var exclusivityCategories: Set<String>?
     @exclusivity(unchecked) var parkTicket: UInt64 = 0
     @exclusivity(unchecked) var exclusivityWoken = false
     @exclusivity(unchecked) var holdsCategories = false
     /// Where the job's work runs, if not on its queue's worker (``Job/executionQueue``).
     @exclusivity(unchecked) var executionQueue: DispatchQueue?
-    /// The categories the job is in line for or holds: its own, less those an ancestor group holds.
-    @exclusivity(unchecked) var lineCategories: [String] = []
+    /// The categories the job is in line for or holds: its own, less those an ancestor group holds,
+    /// looked up when it was claimed without them. Read only while it is in line or holds them.
+    @exclusivity(unchecked) var lineCategories = _CategoryList()
     /// The group this job is a child of (weak: the group's queue of children holds the child).
     @exclusivity(unchecked) weak var parentGroup: GroupJob?
     /// The group that counts this job among its unfinished children, from when it takes the job

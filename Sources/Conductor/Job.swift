@@ -208,7 +208,7 @@ open class Job: @unchecked Sendable {
         }
         if _isExclusive, !_exclusivity.acquireLocked(self, _extras!, joinLine: false, &actions) {
             let message =
-                "Job.start(): '\(_describeLocked)' cannot start now: \(_exclusivity.obstacleLocked(_extras!.exclusivityCategories)); a queue would wait for it"
+                "Job.start(): '\(_describeLocked)' cannot start now: \(_exclusivity.obstacleLocked(_extras!.exclusivityCategories ?? [])); a queue would wait for it"
             engineLock.unlock()
             _trap(message)
         }

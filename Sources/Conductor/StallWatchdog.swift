@@ -365,10 +365,9 @@ struct _WaitGraph {
                 }
             }
             if waits.exclusivity != 0, let extras = job._extras {
-                for name in extras.lineCategories {
-                    let (holder, first) = _exclusivity.occupantsLocked(of: name)
-                    if let holder, holder !== job { need(position, holder) }
-                    if let first, first !== job { need(position, first) }
+                for category in extras.lineCategories {
+                    if let holder = category.holder, holder !== job { need(position, holder) }
+                    if let first = category.first(), first !== job { need(position, first) }
                 }
             }
         case .ready:

@@ -1,6 +1,7 @@
 /// One mutual-exclusivity category: the job holding it, and the jobs waiting for it, first come
 /// first served. Guarded by `engineLock` (so `@exclusivity(unchecked)`, like `Job`'s own).
 final class _Category {
+    let name: String
     /// The executing job that holds the category.
     @exclusivity(unchecked) var holder: Job?
     /// The jobs in line, from `head` on. An entry is live while its job's `parkTicket` is the
@@ -8,6 +9,19 @@ final class _Category {
     @exclusivity(unchecked) var line: [(job: Job, ticket: UInt64)] = []
     @exclusivity(unchecked) var head = 0
     @exclusivity(unchecked) var dead = 0
+    /// Whether the category is idle (nobody holds it or waits for it) and kept by the registry, and
+    /// its neighbours in the registry's idle list, oldest first. Unowned: every idle category is in
+    /// the registry's dictionary, which holds it, and leaves the list before it leaves the dictionary.
+    @exclusivity(unchecked) var isIdle = false
+    @exclusivity(unchecked) unowned(unsafe) var idleOlder: _Category?
+    @exclusivity(unchecked) unowned(unsafe) var idleNewer: _Category?
+    /// Whether the registry forgot the category: a job that named it looks its names up again
+    /// before it next waits for or takes a category.
+    @exclusivity(unchecked) var isForgotten = false
+
+    init(name: String) {
+        self.name = name
+    }
 
     var isUnused: Bool { holder == nil && head == line.count }
 
@@ -46,6 +60,57 @@ final class _Category {
     }
 }
 
+/// The categories a job is in line for or holds: the first inline, any others in an array, so that
+/// a job of one category allocates nothing to keep it.
+struct _CategoryList: Sequence {
+    private var first: _Category?
+    private var rest: [_Category] = []
+
+    mutating func append(_ category: _Category) {
+        if first == nil {
+            first = category
+        } else {
+            rest.append(category)
+        }
+    }
+
+    /// Calls `body` with each category, in order. Without an iterator, which would copy the list.
+    @inline(__always)
+    func forEach(_ body: (_Category) -> Void) {
+        guard let first else { return }
+        body(first)
+        for category in rest {
+            body(category)
+        }
+    }
+
+    /// Whether every category satisfies `predicate`, stopping at the first that does not.
+    @inline(__always)
+    func allSatisfy(_ predicate: (_Category) -> Bool) -> Bool {
+        guard let first else { return true }
+        guard predicate(first) else { return false }
+        for category in rest where !predicate(category) {
+            return false
+        }
+        return true
+    }
+
+    func makeIterator() -> Iterator {
+        Iterator(list: self)
+    }
+
+    struct Iterator: IteratorProtocol {
+        let list: _CategoryList
+        var index = -1
+
+        mutating func next() -> _Category? {
+            defer { index += 1 }
+            if index < 0 { return list.first }
+            return index < list.rest.count ? list.rest[index] : nil
+        }
+    }
+}
+
 /// The process-wide exclusivity categories (``Job/exclusivityCategories``).
 ///
 /// A job's categories are granted in the critical section in which its queue claims it with a free
@@ -56,52 +121,94 @@ final class _Category {
 /// whatever order categories are named in. When a holder finishes, the first job in line is made
 /// ready again once it is first in all its lines and they are all free; it keeps its place until its
 /// queue claims it, so nobody overtakes it, and it never holds a category while it waits for a slot.
+///
+/// A job looks its categories up by name once, when it is claimed with them not yet its own, and
+/// keeps the `_Category` objects (`_JobExtras.lineCategories`) until it lets them go, so that waiting,
+/// waking, taking and letting go hash no strings. A category nobody holds or waits for is idle: the
+/// registry keeps the `idleLimit` categories most recently idle, so that a category used again and
+/// again is not made and forgotten each time, and forgets the one idle longest when another goes
+/// idle beyond that. An idle category keeps no job.
 // @unchecked Sendable: every stored property is guarded by `engineLock`, and so
 // `@exclusivity(unchecked)`, like `Job`'s own.
 final class _ExclusivityRegistry: @unchecked Sendable {
+    /// How many idle categories the registry keeps at most.
+    static let idleLimit = 64
+
     @exclusivity(unchecked) private var categories: [String: _Category] = [:]
     @exclusivity(unchecked) private var nextTicket: UInt64 = 0
+    /// The idle categories, oldest first (linked through `_Category.idleNewer`), and how many.
+    /// Unowned: `categories` holds them.
+    @exclusivity(unchecked) private unowned(unsafe) var idleOldest: _Category?
+    @exclusivity(unchecked) private unowned(unsafe) var idleNewest: _Category?
+    @exclusivity(unchecked) private var idleCount = 0
 
-    /// How many of `names` are in use (held or with a line). For tests.
+    /// How many of `names` are in use: held, or with entries in line, even of jobs that left it
+    /// (which the category keeps until it compacts its line or goes idle). For tests: an idle
+    /// category that kept a finished job counts.
     func inUseCountLocked(among names: [String]) -> Int {
+        names.count { categories[$0].map { $0.holder != nil || !$0.line.isEmpty } ?? false }
+    }
+
+    /// How many of `names` the registry knows, idle or not. For tests.
+    func knownCountLocked(among names: [String]) -> Int {
         names.count { categories[$0] != nil }
     }
 
-    /// Whether `job` may take all its categories now. Call with `engineLock` held.
-    private func grantable(_ job: Job, _ names: [String]) -> Bool {
-        for name in names {
-            guard let category = categories[name] else { continue }
-            if category.holder != nil { return false }
-            if let first = category.first(), first !== job { return false }
+    /// The category named `name`, made if the registry does not know it, and no longer idle: the
+    /// caller is about to hold it or join its line. Call with `engineLock` held.
+    private func resolveLocked(_ name: String) -> _Category {
+        if let category = categories[name] {
+            if category.isIdle {
+                unlinkIdleLocked(category)
+            }
+            return category
         }
-        return true
+        let category = _Category(name: name)
+        categories[name] = category
+        return category
+    }
+
+    /// Whether `job` may take all of `lines` now. Call with `engineLock` held.
+    private func grantable(_ job: Job, _ lines: _CategoryList) -> Bool {
+        lines.allSatisfy { category in
+            guard category.holder == nil else { return false }
+            guard let first = category.first() else { return true }
+            return first === job
+        }
     }
 
     /// Gives `job` its categories if it may have them now; otherwise puts it in line (if it is not
     /// already) and returns `false`. Called when its queue claims it with a free slot, or at
     /// `start()`. Call with `engineLock` held.
     func acquireLocked(_ job: Job, _ extras: _JobExtras, joinLine: Bool = true, _ actions: inout _Actions) -> Bool {
-        // A category held by an ancestor group counts as held by the job: it neither waits for it
-        // nor takes it.
-        let names =
-            extras.parkTicket != 0
-            ? extras.lineCategories : extras.exclusivityCategories.filter { !heldByAncestor($0, of: extras) }
-        if extras.parkTicket == 0, let name = names.first, let group = extras.parentGroup {
-            // Inside a group, only the categories a group around it holds: a group holds its slot
-            // (and its categories) while it waits for its children, so a child waiting for a
-            // category could wait for a job that waits for that slot. The job is granted nothing
-            // and fails instead of running.
-            extras.categoryRefusal = (name, group)
-            extras.lineCategories = []
-            job._runsElsewhere = true
-            return true
+        let wasInLine = extras.parkTicket != 0
+        if !wasInLine {
+            if let group = extras.parentGroup {
+                // A category held by an ancestor group counts as held by the job: it neither waits
+                // for it nor takes it. Inside a group, only those: a group holds its slot (and its
+                // categories) while it waits for its children, so a child waiting for a category
+                // could wait for a job that waits for that slot. The job is granted nothing and
+                // fails instead of running.
+                extras.lineCategories = _CategoryList()
+                if let name = (extras.exclusivityCategories ?? []).filter({ !heldByAncestor($0, of: extras) }).min() {
+                    extras.categoryRefusal = (name, group)
+                    job._runsElsewhere = true
+                    return true
+                }
+            } else {
+                // In the set's order: any order is free of deadlock, since a job joins all its
+                // lines at once. Dropping the references of an earlier claim (a job that left the
+                // line) may free a forgotten category, which keeps no job.
+                var lines = _CategoryList()
+                for name in extras.exclusivityCategories ?? [] {
+                    lines.append(resolveLocked(name))
+                }
+                extras.lineCategories = lines
+            }
         }
-        extras.lineCategories = names
-        if grantable(job, names) {
-            let wasInLine = extras.parkTicket != 0
-            for name in names {
-                let category = categories[name] ?? _Category()
-                if categories[name] == nil { categories[name] = category }
+        let lines = extras.lineCategories
+        if grantable(job, lines) {
+            lines.forEach { category in
                 if wasInLine {
                     // First in line (`grantable` checked it): leaving the line consumes its head.
                     _ = category.first()
@@ -116,14 +223,11 @@ final class _ExclusivityRegistry: @unchecked Sendable {
             return true
         }
         guard joinLine else { return false }
-        if extras.parkTicket == 0 {
+        if !wasInLine {
             nextTicket &+= 1
             extras.parkTicket = nextTicket
-            for name in names {
-                let category = categories[name] ?? _Category()
-                if categories[name] == nil { categories[name] = category }
-                category.line.append((job, nextTicket))
-            }
+            let ticket = nextTicket
+            lines.forEach { $0.line.append((job, ticket)) }
         }
         extras.exclusivityWoken = false
         return false
@@ -133,29 +237,24 @@ final class _ExclusivityRegistry: @unchecked Sendable {
     /// categories changed): lets its categories go, or takes it out of line, and makes ready the
     /// jobs whose turn it is now. Call with `engineLock` held.
     func leaveLocked(_ job: Job, _ extras: _JobExtras, _ actions: inout _Actions) {
-        let names = extras.lineCategories
+        let lines = extras.lineCategories
         if extras.holdsCategories {
             extras.holdsCategories = false
-            for name in names {
-                categories[name]?.holder = nil
-            }
+            lines.forEach { $0.holder = nil }
         } else if extras.parkTicket != 0 {
             extras.parkTicket = 0
             extras.exclusivityWoken = false
-            for name in names {
-                categories[name]?.dead += 1
-            }
+            lines.forEach { $0.dead += 1 }
         } else {
             return
         }
-        wakeFirstInLineLocked(names, &actions)
+        wakeFirstInLineLocked(lines, &actions)
     }
 
-    /// For each of `names`, makes the first job in line ready if all its categories are now its
-    /// turn, and forgets categories nobody uses. Call with `engineLock` held.
-    private func wakeFirstInLineLocked(_ names: [String], _ actions: inout _Actions) {
-        for name in names {
-            guard let category = categories[name] else { continue }
+    /// For each of `lines`, makes the first job in line ready if all its categories are now its
+    /// turn, and counts the categories nobody uses as idle. Call with `engineLock` held.
+    private func wakeFirstInLineLocked(_ lines: _CategoryList, _ actions: inout _Actions) {
+        lines.forEach { category in
             if let first = category.first(), let firstExtras = first._extras, !firstExtras.exclusivityWoken,
                 grantable(first, firstExtras.lineCategories)
             {
@@ -164,11 +263,79 @@ final class _ExclusivityRegistry: @unchecked Sendable {
             }
             category.compact(&actions)
             if category.isUnused {
-                actions.releaseAfterUnlocking(category.line)
-                categories[name] = nil
+                idleLocked(category, &actions)
             }
         }
     }
+
+    /// `category` is unused: it drops its line's entries (released after unlocking) and becomes the
+    /// newest idle category; beyond `idleLimit`, the oldest is forgotten. O(1). Call with
+    /// `engineLock` held.
+    private func idleLocked(_ category: _Category, _ actions: inout _Actions) {
+        if !category.line.isEmpty {
+            actions.releaseAfterUnlocking(category.line)
+            category.line = []
+            category.head = 0
+            category.dead = 0
+        }
+        guard !category.isIdle, !category.isForgotten else { return }
+        category.isIdle = true
+        category.idleOlder = idleNewest
+        if let newest = idleNewest {
+            newest.idleNewer = category
+        } else {
+            idleOldest = category
+        }
+        idleNewest = category
+        idleCount += 1
+        if idleCount > Self.idleLimit, let oldest = idleOldest {
+            unlinkIdleLocked(oldest)
+            oldest.isForgotten = true
+            // May free it, here: an idle category holds no job, and a `_Category` runs no user code.
+            categories[oldest.name] = nil
+        }
+        #if CONDUCTOR_INVARIANTS
+            checkIdleListLocked()
+        #endif
+    }
+
+    /// Takes `category` out of the idle list: it is about to be used, or forgotten.
+    private func unlinkIdleLocked(_ category: _Category) {
+        if let older = category.idleOlder {
+            older.idleNewer = category.idleNewer
+        } else {
+            idleOldest = category.idleNewer
+        }
+        if let newer = category.idleNewer {
+            newer.idleOlder = category.idleOlder
+        } else {
+            idleNewest = category.idleOlder
+        }
+        category.idleOlder = nil
+        category.idleNewer = nil
+        category.isIdle = false
+        idleCount -= 1
+    }
+
+    #if CONDUCTOR_INVARIANTS
+        /// The idle list holds `idleCount` categories, at most `idleLimit`, each idle, known and
+        /// keeping no job. O(`idleLimit`).
+        private func checkIdleListLocked() {
+            var count = 0
+            var next = idleOldest
+            while let category = next {
+                _require(
+                    category.isIdle && !category.isForgotten && category.holder == nil && category.line.isEmpty
+                        && categories[category.name] === category,
+                    "Conductor: idle exclusivity category '\(category.name)' is in use or unknown")
+                count += 1
+                next = category.idleNewer
+            }
+            _require(
+                count == idleCount && count <= Self.idleLimit,
+                "Conductor: \(count) idle exclusivity categories listed, \(idleCount) counted")
+        }
+    #endif
 
     /// Whether a group `extras`' job belongs to (at any depth) holds `name`.
     private func heldByAncestor(_ name: String, of extras: _JobExtras) -> Bool {
@@ -181,17 +348,10 @@ final class _ExclusivityRegistry: @unchecked Sendable {
         return false
     }
 
-    /// Who holds category `name`, and who is first in line for it, for diagnostics. Call with
-    /// `engineLock` held.
-    func occupantsLocked(of name: String) -> (holder: Job?, first: Job?) {
-        guard let category = categories[name] else { return (nil, nil) }
-        return (category.holder, category.first())
-    }
-
-    /// Why `names` cannot all be taken now, for messages: the first one held or with a line.
-    /// Call with `engineLock` held.
-    func obstacleLocked(_ names: [String]) -> String {
-        for name in names {
+    /// Why `names` cannot all be taken now, for messages: the first one (by name) held or with a
+    /// line. Call with `engineLock` held.
+    func obstacleLocked(_ names: Set<String>) -> String {
+        for name in names.sorted() {
             guard let category = categories[name] else { continue }
             if let holder = category.holder {
                 return "its exclusivity category '\(name)' is held by '\(holder._describeLocked)'"
@@ -213,6 +373,15 @@ extension JobQueue {
     package static func _exclusivityCategoriesInUse(among names: [String]) -> Int {
         engineLock.withLock { _exclusivity.inUseCountLocked(among: names) }
     }
+
+    /// How many of the exclusivity categories `names` the registry knows, idle ones included. For
+    /// tests: at most `_exclusivityIdleLimit` once no job holds or waits for one.
+    package static func _exclusivityCategoriesKnown(among names: [String]) -> Int {
+        engineLock.withLock { _exclusivity.knownCountLocked(among: names) }
+    }
+
+    /// How many idle exclusivity categories the registry keeps at most. For tests.
+    package static var _exclusivityIdleLimit: Int { _ExclusivityRegistry.idleLimit }
 }
 
 extension Job {
@@ -235,9 +404,13 @@ extension Job {
     /// before it started it has no effect. ``start()`` by hand takes the categories if they are
     /// free and nobody is in line for them, and traps otherwise.
     ///
+    /// Names are looked up when the job's queue first claims it. Categories nobody holds or waits
+    /// for are kept, the 64 most recently used, for the next job that names them; a process that
+    /// names ever new categories does not grow.
+    ///
     /// - Complexity: Claiming and finishing are O(categories), amortized.
     public var exclusivityCategories: Set<String> {
-        get { engineLock.withLock { Set(_extras?.exclusivityCategories ?? []) } }
+        get { engineLock.withLock { _extras?.exclusivityCategories ?? [] } }
         set {
             var actions = _Actions()
             engineLock.lock()
@@ -248,7 +421,7 @@ extension Job {
             }
             let extras = _extrasLocked
             _leaveExclusivityLineLocked(extras, &actions)
-            extras.exclusivityCategories = newValue.sorted()
+            extras.exclusivityCategories = newValue.isEmpty ? nil : newValue
             _isExclusive = !newValue.isEmpty
             actions.planWorkersLocked()
             engineLock.unlock()

@@ -177,6 +177,99 @@ private func heldJob(_ name: String, categories: Set<String>, gate: Signal, star
         #expect(JobQueue._exclusivityCategoriesInUse(among: names) == 0)
     }
 
+    @Test func theRegistryKeepsNoMoreIdleCategoriesThanItsLimit() async {
+        // One job per category, one category after another: each is idle once its job finished.
+        // The registry keeps some of them for the next job that names one, never more than its
+        // limit, so a process that names ever new categories does not grow. In a process of its
+        // own: filling the registry's idle categories here would have it forget, at once, the
+        // categories of the tests running beside this one, whose checks that an idle category
+        // keeps no job would then pass without looking.
+        await #expect(processExitsWith: .success) {
+            let names = (0..<(JobQueue._exclusivityIdleLimit + 40)).map { "t-idle-\($0)" }
+            let queue = JobQueue(name: "idle", maxConcurrentJobCount: 1)
+            let ran = Counter()
+            for name in names {
+                let job = BlockJob { ran.increment() }
+                job.exclusivityCategories = [name]
+                queue.addJob(job)
+            }
+            await queue.waitUntilAllJobsAreFinished()
+            let inUse = JobQueue._exclusivityCategoriesInUse(among: names)
+            let known = JobQueue._exclusivityCategoriesKnown(among: names)
+            guard ran.value == names.count, inUse == 0, known <= JobQueue._exclusivityIdleLimit else {
+                fatalError("ran \(ran.value) of \(names.count); \(inUse) in use; \(known) known")
+            }
+        }
+    }
+
+    @Test func theRegistryForgetsTheCategoryIdleLongestNotOneInUse() async {
+        // Filled with idle categories, the registry forgets the oldest when another goes idle: a
+        // category used again and again stays known however many others came and went before it.
+        await #expect(processExitsWith: .success) {
+            let queue = JobQueue(name: "lru", maxConcurrentJobCount: 1)
+            func run(_ name: String) async {
+                let job = BlockJob {}
+                job.exclusivityCategories = [name]
+                queue.addJob(job)
+                await queue.waitUntilAllJobsAreFinished()
+            }
+            let early = (0..<JobQueue._exclusivityIdleLimit).map { "t-lru-\($0)" }
+            for name in early { await run(name) }
+            for _ in 0..<3 { await run("t-lru-hot") }
+            let hot = JobQueue._exclusivityCategoriesKnown(among: ["t-lru-hot"])
+            let kept = JobQueue._exclusivityCategoriesKnown(among: early)
+            let oldest = JobQueue._exclusivityCategoriesKnown(among: [early[0]])
+            guard hot == 1, kept == early.count - 1, oldest == 0 else {
+                fatalError("hot known: \(hot); early kept: \(kept) of \(early.count); oldest known: \(oldest)")
+            }
+        }
+    }
+
+    @Test func aJobThatLeftTheLineOfAForgottenCategoryWaitsForItsNewHolder() async {
+        // `waiting` joins the line of "x", leaves it (it gains a dependency), and "x" goes idle and
+        // is forgotten. When `waiting` is claimed again it must find the "x" that `second` now
+        // holds, not the forgotten one it looked up before.
+        await #expect(processExitsWith: .success) {
+            let firstGate = Signal()
+            let firstStarted = Signal()
+            let holders = JobQueue(name: "holders")
+            holders.addJob(heldJob("first", categories: ["t-stale-x"], gate: firstGate, started: firstStarted))
+            await firstStarted.wait()
+            let (queue, worker) = makeJobQueueOnSerialWorker("stale")
+            let ran = Flag()
+            let waiting = BlockJob { ran.set() }
+            waiting.exclusivityCategories = ["t-stale-x"]
+            queue.addJob(waiting)
+            await drainSerialQueue(worker)
+            let blocker = BlockJob {}
+            try? waiting.addDependency(blocker)
+            firstGate.fire()
+            await holders.waitUntilAllJobsAreFinished()
+            let others = JobQueue(name: "others", maxConcurrentJobCount: 1)
+            for index in 0..<JobQueue._exclusivityIdleLimit {
+                let job = BlockJob {}
+                job.exclusivityCategories = ["t-stale-\(index)"]
+                others.addJob(job)
+                await others.waitUntilAllJobsAreFinished()
+            }
+            guard JobQueue._exclusivityCategoriesKnown(among: ["t-stale-x"]) == 0 else {
+                fatalError("'t-stale-x' was not forgotten")
+            }
+            let secondGate = Signal()
+            let secondStarted = Signal()
+            holders.addJob(heldJob("second", categories: ["t-stale-x"], gate: secondGate, started: secondStarted))
+            await secondStarted.wait()
+            queue.addJob(blocker)
+            await drainSerialQueue(worker)
+            guard !ran.value, waiting.state == .pending else {
+                fatalError("'waiting' ran while 'second' held its category")
+            }
+            secondGate.fire()
+            await queue.waitUntilAllJobsAreFinished()
+            guard ran.value else { fatalError("'waiting' never ran") }
+        }
+    }
+
     @Test func aJobCancelledInLineLeavesItAndIsFreed() async {
         let holderQueue = JobQueue(name: "holder")
         let gate = Signal()
