@@ -143,8 +143,8 @@ final class _ExclusivityRegistry: @unchecked Sendable {
     @exclusivity(unchecked) private var idleCount = 0
 
     /// How many of `names` are in use: held, or with entries in line, even of jobs that left it
-    /// (which the category keeps until it compacts its line or goes idle). For tests: an idle
-    /// category that kept a finished job counts.
+    /// (which the category keeps until it compacts its line or goes idle). For tests: were a
+    /// category to go idle keeping entries (and so jobs), it would count.
     func inUseCountLocked(among names: [String]) -> Int {
         names.count { categories[$0].map { $0.holder != nil || !$0.line.isEmpty } ?? false }
     }
@@ -209,6 +209,11 @@ final class _ExclusivityRegistry: @unchecked Sendable {
         let lines = extras.lineCategories
         if grantable(job, lines) {
             lines.forEach { category in
+                #if CONDUCTOR_INVARIANTS
+                    _require(
+                        !category.isIdle && !category.isForgotten,
+                        "Conductor: exclusivity category '\(category.name)' granted while idle or forgotten")
+                #endif
                 if wasInLine {
                     // First in line (`grantable` checked it): leaving the line consumes its head.
                     _ = category.first()
@@ -404,7 +409,8 @@ extension Job {
     /// before it started it has no effect. ``start()`` by hand takes the categories if they are
     /// free and nobody is in line for them, and traps otherwise.
     ///
-    /// Names are looked up when the job's queue first claims it. Categories nobody holds or waits
+    /// Names are looked up when the job's queue claims it (or ``start()`` starts it) while it is not
+    /// in line: the first time, and again after it left a line. Categories nobody holds or waits
     /// for are kept, the 64 most recently used, for the next job that names them; a process that
     /// names ever new categories does not grow.
     ///

@@ -177,7 +177,8 @@ private func heldJob(_ name: String, categories: Set<String>, gate: Signal, star
         #expect(JobQueue._exclusivityCategoriesInUse(among: names) == 0)
     }
 
-    @Test func theRegistryKeepsNoMoreIdleCategoriesThanItsLimit() async {
+    @Test(.timeLimit(.minutes(1)))
+    func theRegistryKeepsNoMoreIdleCategoriesThanItsLimit() async {
         // One job per category, one category after another: each is idle once its job finished.
         // The registry keeps some of them for the next job that names one, never more than its
         // limit, so a process that names ever new categories does not grow. In a process of its
@@ -202,9 +203,10 @@ private func heldJob(_ name: String, categories: Set<String>, gate: Signal, star
         }
     }
 
-    @Test func theRegistryForgetsTheCategoryIdleLongestNotOneInUse() async {
-        // Filled with idle categories, the registry forgets the oldest when another goes idle: a
-        // category used again and again stays known however many others came and went before it.
+    @Test(.timeLimit(.minutes(1)))
+    func theRegistryForgetsTheCategoryIdleLongest() async {
+        // Filled with idle categories, the registry forgets the one idle longest when another goes
+        // idle: "a" was idle first, but used again it is the newest, so "b" is forgotten.
         await #expect(processExitsWith: .success) {
             let queue = JobQueue(name: "lru", maxConcurrentJobCount: 1)
             func run(_ name: String) async {
@@ -213,19 +215,57 @@ private func heldJob(_ name: String, categories: Set<String>, gate: Signal, star
                 queue.addJob(job)
                 await queue.waitUntilAllJobsAreFinished()
             }
-            let early = (0..<JobQueue._exclusivityIdleLimit).map { "t-lru-\($0)" }
-            for name in early { await run(name) }
-            for _ in 0..<3 { await run("t-lru-hot") }
-            let hot = JobQueue._exclusivityCategoriesKnown(among: ["t-lru-hot"])
-            let kept = JobQueue._exclusivityCategoriesKnown(among: early)
-            let oldest = JobQueue._exclusivityCategoriesKnown(among: [early[0]])
-            guard hot == 1, kept == early.count - 1, oldest == 0 else {
-                fatalError("hot known: \(hot); early kept: \(kept) of \(early.count); oldest known: \(oldest)")
+            let others = (0..<(JobQueue._exclusivityIdleLimit - 2)).map { "t-lru-\($0)" }
+            for name in ["t-lru-a", "t-lru-b"] + others { await run(name) }
+            await run("t-lru-a")
+            await run("t-lru-new")
+            let known = ["t-lru-a", "t-lru-b", "t-lru-new"].map { JobQueue._exclusivityCategoriesKnown(among: [$0]) }
+            let kept = JobQueue._exclusivityCategoriesKnown(among: others)
+            guard known == [1, 0, 1], kept == others.count else {
+                fatalError("a, b, new known: \(known); others kept: \(kept) of \(others.count)")
             }
         }
     }
 
-    @Test func aJobThatLeftTheLineOfAForgottenCategoryWaitsForItsNewHolder() async {
+    @Test(.timeLimit(.minutes(1)))
+    func aCategoryInUseIsNeverForgotten() async {
+        // "busy" was idle, then is held again: however many categories go idle meanwhile, the
+        // registry keeps it, and a second job naming it waits for the holder.
+        await #expect(processExitsWith: .success) {
+            let queue = JobQueue(name: "in-use", maxConcurrentJobCount: 1)
+            let first = BlockJob {}
+            first.exclusivityCategories = ["t-busy"]
+            queue.addJob(first)
+            await queue.waitUntilAllJobsAreFinished()
+            let gate = Signal()
+            let started = Signal()
+            let holders = JobQueue(name: "holders")
+            holders.addJob(heldJob("holder", categories: ["t-busy"], gate: gate, started: started))
+            await started.wait()
+            for index in 0...JobQueue._exclusivityIdleLimit {
+                let job = BlockJob {}
+                job.exclusivityCategories = ["t-busy-other-\(index)"]
+                queue.addJob(job)
+                await queue.waitUntilAllJobsAreFinished()
+            }
+            let (second, worker) = makeJobQueueOnSerialWorker("second")
+            let ran = Flag()
+            let waiting = BlockJob { ran.set() }
+            waiting.exclusivityCategories = ["t-busy"]
+            second.addJob(waiting)
+            await drainSerialQueue(worker)
+            let known = JobQueue._exclusivityCategoriesKnown(among: ["t-busy"])
+            guard known == 1, !ran.value, waiting.state == .pending else {
+                fatalError("'t-busy' known: \(known); the second job ran while the first held it: \(ran.value)")
+            }
+            gate.fire()
+            await second.waitUntilAllJobsAreFinished()
+            guard ran.value else { fatalError("the second job never ran") }
+        }
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func aJobThatLeftTheLineOfAForgottenCategoryWaitsForItsNewHolder() async {
         // `waiting` joins the line of "x", leaves it (it gains a dependency), and "x" goes idle and
         // is forgotten. When `waiting` is claimed again it must find the "x" that `second` now
         // holds, not the forgotten one it looked up before.
@@ -241,6 +281,7 @@ private func heldJob(_ name: String, categories: Set<String>, gate: Signal, star
             waiting.exclusivityCategories = ["t-stale-x"]
             queue.addJob(waiting)
             await drainSerialQueue(worker)
+            guard waiting.state == .pending else { fatalError("'waiting' is not in line") }
             let blocker = BlockJob {}
             try? waiting.addDependency(blocker)
             firstGate.fire()
