@@ -569,7 +569,8 @@ open class Job: @unchecked Sendable {
             }
             _finishLocked(&actions)
         } else {
-            _detailsLocked.error = failure
+            // A `JobError` may name this job or its group: kept, it must not keep them alive.
+            _detailsLocked.error = (failure as? JobError)?._keptLocked() ?? failure
             _finishLocked(failed: true, &actions)
         }
     }

@@ -1,4 +1,6 @@
-/// An error thrown by Conductor's throwing API. Its description names the jobs involved.
+/// An error thrown by Conductor's throwing API, or one a job fails with (a ``RetryJob``'s invalid
+/// attempt, a job refused its exclusivity category inside a group). Its description names the jobs
+/// involved.
 ///
 /// Misuse that cannot be expressed as a thrown error (the non-throwing `JobQueue.addJob(_:)`, for
 /// example) traps instead; `Docs/Concepts.md` lists every case and whether it throws or traps.
@@ -27,7 +29,8 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
         /// It would wait for that category while its group holds a slot (and its own categories)
         /// waiting for it, which can deadlock against a job that waits for that slot or wants both
         /// categories, so the job fails with this error instead of running (a group first cancels
-        /// its children). The first job is the refused one, the second its group.
+        /// its children). The first job is the refused one, the second its group (while both are
+        /// alive: see ``JobError/jobs``).
         public static let categoryNotHeldByGroup = Code(value: .categoryNotHeldByGroup)
 
         public var description: String {
@@ -45,23 +48,59 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
 
     /// The jobs involved. For `.dependencyCycle` these are the jobs on the cycle, starting with the
     /// job that would have gained the dependency; each job waits for the next, and the last waits for the first.
-    public let jobs: [Job]
+    ///
+    /// A `JobError` that a job fails with is kept as its outcome (and a group keeps its children's
+    /// failures), and it may name that job or its group: kept, it holds its jobs weakly, so that it
+    /// keeps none of them alive, and `jobs` lists those still alive, in order; the positions above
+    /// hold while all of them are alive. Its description names all of them, as they were named
+    /// when the job failed. (An error of another type that wraps a `JobError` is kept as it is.)
+    public var jobs: [Job] {
+        switch storage {
+        case .strong(let jobs): jobs
+        case .weak(let references, _): references.compactMap(\.job)
+        }
+    }
+
+    private enum Storage: Sendable {
+        case strong([Job])
+        case weak([_WeakJob], names: [String])
+    }
+
+    private let storage: Storage
 
     /// For `.alreadyStarted` and `.invalidAttempt`: what had happened to the job ("has already started", "has
     /// already finished", "was cancelled before it started"), captured when the error was thrown.
     private let situation: String?
 
+    /// An error as thrown: it holds `jobs`.
     init(code: Code, jobs: [Job], situation: String? = nil) {
+        self.init(code: code, storage: .strong(jobs), situation: situation)
+    }
+
+    private init(code: Code, storage: Storage, situation: String?) {
         self.code = code
-        self.jobs = jobs
+        self.storage = storage
         self.situation = situation
     }
 
+    /// The error as a job keeps it as its outcome: holding its jobs weakly, with their names now.
+    /// Call with `engineLock` held.
+    func _keptLocked() -> JobError {
+        guard case .strong(let jobs) = storage else { return self }
+        let names = jobs.map(\._describeLocked)
+        return JobError(code: code, storage: .weak(jobs.map(_WeakJob.init), names: names), situation: situation)
+    }
+
     public var description: String {
-        let names = jobs.map { "'\($0.displayName)'" }
+        let names: [String]
+        switch storage {
+        case .strong(let jobs): names = jobs.map { "'\($0.displayName)'" }
+        case .weak(_, let captured): names = captured.map { "'\($0)'" }
+        }
+        let jobCount = names.count
         switch code {
         case .dependencyCycle:
-            if jobs.count == 1 {
+            if jobCount == 1 {
                 return "JobError.dependencyCycle: \(names[0]) cannot depend on itself"
             }
             let chain = (names + [names[0]]).joined(separator: " waits for ")

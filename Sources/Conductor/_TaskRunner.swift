@@ -128,9 +128,11 @@ private final class _TaskWork: @unchecked Sendable {
     }
 }
 
-/// A weak reference to a job, for the task-local that names the job whose body a task runs.
-// @unchecked Sendable: `job` is set once, in `init`; loading a weak reference is thread-safe.
-private final class _WeakJob: @unchecked Sendable {
+/// A weak reference to a job: for the task-local that names the job whose body a task runs, and
+/// for the jobs of a `JobError` that a job keeps as its outcome.
+// @unchecked Sendable: `job` is set once, in `init`; loading a weak reference is thread-safe. (Not
+// `weak let`, which needs a newer compiler than the package's tools version.)
+final class _WeakJob: @unchecked Sendable {
     weak var job: Job?
 
     init(_ job: Job) {

@@ -474,6 +474,47 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(captured.object == nil, "the refused job's block (and what it captured) outlived its finish")
     }
 
+    @Test func aJobAndAGroupRefusedTheirCategoriesAreFreedWithTheirGroup() async {
+        // Each fails with an error that names it and its group: the error, kept as the job's
+        // outcome, must not keep the job (or the group) alive. The refused group cancels its
+        // child first; the group's hold on itself ends with it. A refused job fails on its
+        // execution queue: the test's worker, so that draining it is the point where the engine
+        // has let go (LeakTests.swift explains).
+        let (queue, worker) = makeJobQueueOnSerialWorker("refused-freed")
+        let failures = Log<String>()
+        let (group, refusedJob, refusedGroup, grandchild):
+            (WeakReference<GroupJob>, WeakReference<Job>, WeakReference<GroupJob>, WeakReference<Job>) = {
+                let refusedJob = BlockJob {}
+                refusedJob.exclusivityCategories = ["rf-net"]
+                let grandchild = BlockJob {}
+                let refusedGroup = GroupJob(name: "rf refused group", jobs: [grandchild])
+                refusedGroup.exclusivityCategories = ["rf-net"]
+                for refused in [refusedJob, refusedGroup] as [Job] {
+                    refused.executionQueue = worker
+                    refused.observe { [weak refused] event in
+                        guard event == .finished, case .failed(let error as JobError)? = refused?.outcome else {
+                            return
+                        }
+                        failures.append("\(error.code)")
+                    }
+                }
+                let group = GroupJob(name: "rf group", jobs: [refusedJob, refusedGroup])
+                group.exclusivityCategories = ["rf-disk"]
+                queue.addJob(group)
+                return (
+                    WeakReference(group), WeakReference(refusedJob), WeakReference(refusedGroup),
+                    WeakReference(grandchild)
+                )
+            }()
+        await queue.waitUntilAllJobsAreFinished()
+        await drainSerialQueue(worker)
+        #expect(failures.values == ["categoryNotHeldByGroup", "categoryNotHeldByGroup"])
+        #expect(refusedJob.object == nil)
+        #expect(grandchild.object == nil)
+        #expect(refusedGroup.object == nil)
+        #expect(group.object == nil)
+    }
+
     @Test func aFinishedGroupIsFreedWithItsChildren() async {
         let (queue, worker) = makeJobQueueOnSerialWorker("group-freed")
         let (group, child): (WeakReference<GroupJob>, WeakReference<Job>) = {

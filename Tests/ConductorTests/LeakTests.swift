@@ -166,6 +166,40 @@ struct LeakTests {
         #expect(weakCaptures.allSatisfy { $0.object == nil }, "every block's captures are freed")
     }
 
+    @Test("a job that fails with a JobError naming it is freed, and the error keeps its text")
+    func jobFailingWithAnErrorNamingIt() async {
+        // Its work adds itself a dependency, too late: `.alreadyStarted` names the job, and the job
+        // keeps the error as its outcome. Kept, the error must not keep the job alive.
+        // @unchecked Sendable: its only stored properties, `tracked` and `described`, are immutable and Sendable; the rest is `Job`'s.
+        final class LateDependency: Job, @unchecked Sendable {
+            let tracked: Tracked
+            let described: Log<String>
+            init(_ tracked: Tracked, _ described: Log<String>) {
+                self.tracked = tracked
+                self.described = described
+                super.init()
+                name = "late"
+                observe { [weak self] event in
+                    guard event == .finished, case .failed(let error)? = self?.outcome else { return }
+                    described.append("\(error)")
+                }
+            }
+            override func execute() throws {
+                let dependency = BlockJob {}
+                dependency.name = "too late"
+                try addDependency(dependency)
+            }
+        }
+        let described = Log<String>()
+        await expectFreedAfterRunning("job failing with a JobError naming it") { tracked, _ in
+            LateDependency(tracked, described)
+        }
+        #expect(
+            described.values == [
+                "JobError.alreadyStarted: 'late' has already started, so it cannot gain the dependency 'too late'"
+            ])
+    }
+
     @Test("a finished Job subclass is freed")
     func finishedJobSubclass() async {
         // @unchecked Sendable: its only stored property, `tracked`, is immutable and Sendable; the rest is `Job`'s.

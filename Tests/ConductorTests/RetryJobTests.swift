@@ -189,6 +189,29 @@ private func jobError(of job: Job) -> JobError? {
         #expect(ran.value == 1)
     }
 
+    @Test func aRetryJobThatFailedOnAnInvalidAttemptIsFreed() async {
+        // Its error names it and the attempt: kept as its outcome, it must not keep the retry job
+        // alive (nor the attempt, which it left alone and nobody else holds).
+        let (queue, worker) = makeJobQueueOnSerialWorker("retry-invalid-freed")
+        let failures = Log<String>()
+        let (retry, attempt): (WeakReference<RetryJob>, WeakReference<Job>) = {
+            let attempt = BlockJob {}
+            attempt.exclusivityCategories = ["retry-freed"]
+            let retry = RetryJob(maxAttempts: 2) { _ in attempt }
+            retry.observe { [weak retry] event in
+                guard event == .finished, case .failed(let error as JobError)? = retry?.outcome else { return }
+                failures.append("\(error.code)")
+            }
+            queue.addJob(retry)
+            return (WeakReference(retry), WeakReference(attempt))
+        }()
+        await queue.waitUntilAllJobsAreFinished()
+        await drainSerialQueue(worker)
+        #expect(failures.values == ["invalidAttempt"])
+        #expect(retry.object == nil)
+        #expect(attempt.object == nil)
+    }
+
     @Test func anAttemptWithExclusivityCategoriesIsRefused() async {
         let queue = JobQueue(name: "retry-exclusive")
         let retry = RetryJob(maxAttempts: 2) { _ in
