@@ -64,7 +64,11 @@ final class _JobExtras: @unchecked Sendable {
     @exclusivity(unchecked) var progress: JobProgress?
     /// The job's time limit (``Job/timeout``), and the timer counting it down while it executes.
     @exclusivity(unchecked) var timeout: Duration?
-    @exclusivity(unchecked) var timer: DispatchSourceTimer?
+    /// Held as the object it is (a timer source is a class instance), not as a `DispatchSourceTimer`
+    /// existential: one word instead of five, copied and destroyed with a retain and a release
+    /// rather than through the existential's witnesses, in the finish of every job with a side
+    /// object (an observed job, a group's child, an exclusive job).
+    @exclusivity(unchecked) var timer: AnyObject?
     /// What the job's work is blocked on in `waitUntil…` calls, while it is (diagnostics).
     @exclusivity(unchecked) var blockedOn: [_BlockedOn] = []
 

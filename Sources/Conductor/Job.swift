@@ -366,7 +366,7 @@ open class Job: @unchecked Sendable {
 
     /// The timer counting down ``timeout`` while the job executes, if any. For tests.
     package var _timeoutTimer: DispatchSourceTimer? {
-        engineLock.withLock { _extras?.timer }
+        engineLock.withLock { _extras?.timer as? DispatchSourceTimer }
     }
 
     /// The job's details, created on first use. Call with `engineLock` held.
@@ -493,7 +493,7 @@ open class Job: @unchecked Sendable {
         engineLock.lock()
         let stillExecuting = _state == .executing
         if stillExecuting {
-            _extrasLocked.timer = timer
+            _extrasLocked.timer = timer as AnyObject
         }
         engineLock.unlock()
         if !stillExecuting {
@@ -605,7 +605,7 @@ open class Job: @unchecked Sendable {
             if let timer = extras.timer {
                 // Finished before its time limit: the timer is cancelled and keeps nothing alive.
                 extras.timer = nil
-                actions.cancelAfterUnlocking(timer)
+                actions.cancelAfterUnlocking(timer: timer)
             }
             if let progress = extras.progress {
                 ownProgress = progress

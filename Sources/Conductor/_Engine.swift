@@ -181,7 +181,7 @@ struct _Actions {
     }
 
     /// Cancels `timer` after unlocking (cancelling a source calls into Dispatch).
-    mutating func cancelAfterUnlocking(_ timer: DispatchSourceTimer) {
+    mutating func cancelAfterUnlocking(timer: AnyObject) {
         more.timersToCancel.append(timer)
     }
 
@@ -294,7 +294,8 @@ final class _ActionsOverflow {
     @exclusivity(unchecked) var cancelOverrides: [Job] = []
     /// Jobs with a time limit that began executing, and timers of jobs that finished first.
     @exclusivity(unchecked) var timeoutsToStart: [(Job, Duration)] = []
-    @exclusivity(unchecked) var timersToCancel: [DispatchSourceTimer] = []
+    /// Timer sources (`_JobExtras.timer`), cancelled after unlocking.
+    @exclusivity(unchecked) var timersToCancel: [AnyObject] = []
     /// Jobs whose conditions are due for evaluation, and evaluations of jobs that finished first.
     @exclusivity(unchecked) var conditionEvaluations: [Job] = []
     @exclusivity(unchecked) var tasksToCancel: [Task<Void, Never>] = []
@@ -312,7 +313,7 @@ final class _ActionsOverflow {
 
     func perform() {
         for timer in timersToCancel {
-            timer.cancel()
+            (timer as? DispatchSourceTimer)?.cancel()
         }
         for task in tasksToCancel {
             task.cancel()
