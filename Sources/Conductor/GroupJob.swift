@@ -58,7 +58,10 @@ public final class GroupJob: Job, @unchecked Sendable {
     @exclusivity(unchecked) private var selfWhileCounting: GroupJob?
 
     /// Creates a group whose children run at most `maxConcurrentJobCount` at a time, starting with
-    /// `jobs`.
+    /// `jobs`, added in one critical section as ``addChild(_:)`` would add each (and trapping as it
+    /// would, for a job on a queue or executing, or a job twice among them).
+    ///
+    /// - Complexity: O(`jobs`).
     public init(
         name: String? = nil, maxConcurrentJobCount: Int = JobQueue.defaultMaxConcurrentJobCount, jobs: [Job] = []
     ) {
@@ -66,12 +69,19 @@ public final class GroupJob: Job, @unchecked Sendable {
         children.isSuspended = true
         super.init(finishesWhenExecuteReturns: false)
         if let name { self.name = name }
-        engineLock.withLock {
-            children._owningGroup = self
+        // All of `jobs` in one critical section: the group is new, so none is cancelled, and the
+        // line of ready children grows once rather than from 16 up.
+        var actions = _Actions()
+        engineLock.lock()
+        children._owningGroup = self
+        if let first = jobs.first, jobs.count > 1 {
+            children._ready.reserve(jobs.count, level: first._priority.bucket)
         }
         for job in jobs {
-            addChild(job)
+            _ = _addChildLocked(job, &actions)
         }
+        engineLock.unlock()
+        actions.perform()
     }
 
     /// Adds `job` as a child: it runs on the group's queue of children once the group executes, and
@@ -81,6 +91,19 @@ public final class GroupJob: Job, @unchecked Sendable {
     public func addChild(_ job: Job) {
         var actions = _Actions()
         engineLock.lock()
+        let cancelled = _addChildLocked(job, &actions)
+        engineLock.unlock()
+        actions.perform()
+        if cancelled {
+            // Nothing will run it: the group is over, or its children are being cancelled.
+            job.cancel(reason: parentReason)
+        }
+    }
+
+    /// `addChild(_:)`'s critical section: returns whether `job` must be cancelled after unlocking
+    /// (the group is cancelled or refused). Traps, after unlocking, for a finished group or a job
+    /// that belongs elsewhere. Call with `engineLock` held.
+    private func _addChildLocked(_ job: Job, _ actions: inout _Actions) -> Bool {
         if (_state == .finished || isSealed) && !_isCancelled && !isRefused {
             let name = _describeLocked
             engineLock.unlock()
@@ -115,12 +138,7 @@ public final class GroupJob: Job, @unchecked Sendable {
                 _recordFailureLocked(of: job)
             }
         }
-        engineLock.unlock()
-        actions.perform()
-        if cancelled {
-            // Nothing will run it: the group is over, or its children are being cancelled.
-            job.cancel(reason: parentReason)
-        }
+        return cancelled
     }
 
     override var _isComposite: Bool { true }

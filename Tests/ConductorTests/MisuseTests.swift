@@ -289,6 +289,32 @@ private final class BlockJobBox: @unchecked Sendable {
                 "GroupJob.addChild(_:): 'queued-job' is already on queue 'owner-queue'; a job belongs to one queue"))
     }
 
+    @Test func aQueuedJobAmongAGroupsFirstJobsTraps() async {
+        // `GroupJob(jobs:)` adds its jobs in one critical section, with `addChild(_:)`'s checks.
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "owner-queue")
+            queue.isSuspended = true
+            let job = BlockJob {}
+            job.name = "queued-job"
+            queue.addJob(job)
+            _ = GroupJob(name: "taker", jobs: [BlockJob {}, job])
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "GroupJob.addChild(_:): 'queued-job' is already on queue 'owner-queue'; a job belongs to one queue"))
+    }
+
+    @Test func aJobTwiceAmongAGroupsFirstJobsTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "twice"
+            _ = GroupJob(name: "doubled", jobs: [job, job])
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "GroupJob.addChild(_:): 'twice' is already on this queue ('doubled.children'); a job is added once"))
+    }
+
     @Test func producingOutsideTheJobsWorkTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let job = BlockJob {}
