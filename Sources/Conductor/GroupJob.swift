@@ -66,19 +66,31 @@ public final class GroupJob: Job, @unchecked Sendable {
         name: String? = nil, maxConcurrentJobCount: Int = JobQueue.defaultMaxConcurrentJobCount, jobs: [Job] = []
     ) {
         children = JobQueue(name: "\(name ?? "GroupJob").children", maxConcurrentJobCount: maxConcurrentJobCount)
-        children.isSuspended = true
         super.init(finishesWhenExecuteReturns: false)
-        if let name { self.name = name }
-        // All of `jobs` in one critical section: the group is new, so none is cancelled, and the
-        // line of ready children grows once rather than from 16 up.
+        // All of `jobs` in one critical section, with the group's own setup: the group is new, so
+        // nothing else can reach it yet and no child is cancelled; and the line of ready children
+        // grows once rather than from 16 up.
         var actions = _Actions()
         engineLock.lock()
+        children._isSuspended = true
         children._owningGroup = self
-        if let first = jobs.first, jobs.count > 1 {
-            children._ready.reserve(jobs.count, level: first._priority.bucket)
+        if let name { _name = name }
+        if jobs.count > 1 {
+            // Room for the jobs that will be in that line at once: those ready now, at the first's
+            // level (a hint: a chain of steps needs none, and reserved room stays as long as the group).
+            let level = jobs[0]._priority.bucket
+            let ready = jobs.count { $0._state == .ready && $0._priority.bucket == level }
+            if ready > 1 {
+                children._ready.reserve(ready, level: level)
+            }
         }
         for job in jobs {
-            _ = _addChildLocked(job, &actions)
+            let cancelled = _addChildLocked(job, &actions)
+            #if CONDUCTOR_INVARIANTS
+                _require(!cancelled, "Conductor: a new group cancelled a child it was created with")
+            #else
+                _ = cancelled
+            #endif
         }
         engineLock.unlock()
         actions.perform()

@@ -490,10 +490,11 @@ open class Job: @unchecked Sendable {
             self?.cancel(reason: CancellationReason(code: .timedOut, detail: "after \(timeout)"))
         }
         timer.schedule(deadline: .now() + _dispatchInterval(timeout))
+        let object = timer as AnyObject  // the timer itself (a class instance), before locking
         engineLock.lock()
         let stillExecuting = _state == .executing
         if stillExecuting {
-            _extrasLocked.timer = timer as AnyObject
+            _extrasLocked.timer = object
         }
         engineLock.unlock()
         if !stillExecuting {
