@@ -39,6 +39,28 @@ let traps: [String: () -> Void] = [
         group.start()
         group.addChild(BlockJob {})
     },
+    "add-queued-job-as-child": {
+        let queue = JobQueue(name: "probe-queue")
+        queue.isSuspended = true
+        let job = BlockJob {}
+        job.name = "probe-job"
+        queue.addJob(job)
+        GroupJob(name: "probe-group").addChild(job)
+    },
+    "group-job-twice": {
+        let job = BlockJob {}
+        job.name = "probe-job"
+        _ = GroupJob(name: "probe-group", jobs: [job, job])
+    },
+    "queue-progress-counts": {
+        JobQueue(name: "probe-queue").progress.completedUnitCount = 1
+    },
+    "group-progress-counts": {
+        GroupJob(name: "probe-group").progress.totalUnitCount = 5
+    },
+    "negative-unit-count": {
+        BlockJob {}.progress.totalUnitCount = -2
+    },
     "produce-outside-work": {
         let job = BlockJob {}
         job.name = "probe-job"
