@@ -274,7 +274,7 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
     private func _categoryReasonLocked(_ extras: _JobExtras, now: UInt64, detailed: Bool) -> _WaitReason {
         var short = "category"
         var details: [String] = []
-        for category in extras.lineCategories.sorted(by: { $0.name < $1.name }) {
+        for category in extras.lineCategories.array.sorted(by: { $0.name < $1.name }) {
             let name = category.name
             if let holder = category.holder, holder !== self {
                 if details.isEmpty { short = "category '\(name)' held by '\(holder._describeLocked)'" }

@@ -615,13 +615,11 @@ open class Job: @unchecked Sendable {
             if let group = extras.countingGroup {
                 group._childFinishedInProgressLocked(ownProgress, &actions)
             }
-            if !extras.hasCallbacks {
-                // Nothing to deliver: its group counts it now (otherwise when it settles).
-                _countDownGroupLocked(extras, &actions)
-            }
             if extras.hasCallbacks {
                 hasCallbacks = true
             } else {
+                // Nothing to deliver: its group counts it now (otherwise when it settles).
+                _countDownGroupLocked(extras, &actions)
                 // Only waiters: nobody to call, so wake them now and settle without a delivery round.
                 extras.resumeWaiters(&actions)
                 _extras = nil

@@ -97,10 +97,9 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
         case .strong(let jobs): names = jobs.map { "'\($0.displayName)'" }
         case .weak(_, let captured): names = captured.map { "'\($0)'" }
         }
-        let jobCount = names.count
         switch code {
         case .dependencyCycle:
-            if jobCount == 1 {
+            if names.count == 1 {
                 return "JobError.dependencyCycle: \(names[0]) cannot depend on itself"
             }
             let chain = (names + [names[0]]).joined(separator: " waits for ")

@@ -365,7 +365,7 @@ struct _WaitGraph {
                 }
             }
             if waits.exclusivity != 0, let extras = job._extras {
-                for category in extras.lineCategories {
+                extras.lineCategories.forEach { category in
                     if let holder = category.holder, holder !== job { need(position, holder) }
                     if let first = category.first(), first !== job { need(position, first) }
                 }

@@ -62,7 +62,7 @@ final class _Category {
 
 /// The categories a job is in line for or holds: the first inline, any others in an array, so that
 /// a job of one category allocates nothing to keep it.
-struct _CategoryList: Sequence {
+struct _CategoryList {
     private var first: _Category?
     private var rest: [_Category] = []
 
@@ -74,7 +74,7 @@ struct _CategoryList: Sequence {
         }
     }
 
-    /// Calls `body` with each category, in order. Without an iterator, which would copy the list.
+    /// Calls `body` with each category, in order.
     @inline(__always)
     func forEach(_ body: (_Category) -> Void) {
         guard let first else { return }
@@ -95,19 +95,10 @@ struct _CategoryList: Sequence {
         return true
     }
 
-    func makeIterator() -> Iterator {
-        Iterator(list: self)
-    }
-
-    struct Iterator: IteratorProtocol {
-        let list: _CategoryList
-        var index = -1
-
-        mutating func next() -> _Category? {
-            defer { index += 1 }
-            if index < 0 { return list.first }
-            return index < list.rest.count ? list.rest[index] : nil
-        }
+    /// The categories in order, as an array: for diagnostics, which sort them and stop early.
+    var array: [_Category] {
+        guard let first else { return [] }
+        return [first] + rest
     }
 }
 

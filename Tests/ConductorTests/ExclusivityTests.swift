@@ -43,6 +43,15 @@ private func heldJob(_ name: String, categories: Set<String>, gate: Signal, star
     return job
 }
 
+/// Runs one job of category `name` on `queue` and waits until it has finished: the category is
+/// idle then, unless another job holds it or waits for it.
+private func runOneJob(of name: String, on queue: JobQueue) async {
+    let job = BlockJob {}
+    job.exclusivityCategories = [name]
+    queue.addJob(job)
+    await queue.waitUntilAllJobsAreFinished()
+}
+
 @Suite struct ExclusivityTests {
     @Test func jobsOfOneCategoryNeverOverlapOnAWideQueue() async {
         let queue = JobQueue(name: "exclusive", maxConcurrentJobCount: 8)
@@ -209,16 +218,10 @@ private func heldJob(_ name: String, categories: Set<String>, gate: Signal, star
         // idle: "a" was idle first, but used again it is the newest, so "b" is forgotten.
         await #expect(processExitsWith: .success) {
             let queue = JobQueue(name: "lru", maxConcurrentJobCount: 1)
-            func run(_ name: String) async {
-                let job = BlockJob {}
-                job.exclusivityCategories = [name]
-                queue.addJob(job)
-                await queue.waitUntilAllJobsAreFinished()
-            }
             let others = (0..<(JobQueue._exclusivityIdleLimit - 2)).map { "t-lru-\($0)" }
-            for name in ["t-lru-a", "t-lru-b"] + others { await run(name) }
-            await run("t-lru-a")
-            await run("t-lru-new")
+            for name in ["t-lru-a", "t-lru-b"] + others { await runOneJob(of: name, on: queue) }
+            await runOneJob(of: "t-lru-a", on: queue)
+            await runOneJob(of: "t-lru-new", on: queue)
             let known = ["t-lru-a", "t-lru-b", "t-lru-new"].map { JobQueue._exclusivityCategoriesKnown(among: [$0]) }
             let kept = JobQueue._exclusivityCategoriesKnown(among: others)
             guard known == [1, 0, 1], kept == others.count else {
@@ -233,20 +236,14 @@ private func heldJob(_ name: String, categories: Set<String>, gate: Signal, star
         // registry keeps it, and a second job naming it waits for the holder.
         await #expect(processExitsWith: .success) {
             let queue = JobQueue(name: "in-use", maxConcurrentJobCount: 1)
-            let first = BlockJob {}
-            first.exclusivityCategories = ["t-busy"]
-            queue.addJob(first)
-            await queue.waitUntilAllJobsAreFinished()
+            await runOneJob(of: "t-busy", on: queue)
             let gate = Signal()
             let started = Signal()
             let holders = JobQueue(name: "holders")
             holders.addJob(heldJob("holder", categories: ["t-busy"], gate: gate, started: started))
             await started.wait()
             for index in 0...JobQueue._exclusivityIdleLimit {
-                let job = BlockJob {}
-                job.exclusivityCategories = ["t-busy-other-\(index)"]
-                queue.addJob(job)
-                await queue.waitUntilAllJobsAreFinished()
+                await runOneJob(of: "t-busy-other-\(index)", on: queue)
             }
             let (second, worker) = makeJobQueueOnSerialWorker("second")
             let ran = Flag()
@@ -288,10 +285,7 @@ private func heldJob(_ name: String, categories: Set<String>, gate: Signal, star
             await holders.waitUntilAllJobsAreFinished()
             let others = JobQueue(name: "others", maxConcurrentJobCount: 1)
             for index in 0..<JobQueue._exclusivityIdleLimit {
-                let job = BlockJob {}
-                job.exclusivityCategories = ["t-stale-\(index)"]
-                others.addJob(job)
-                await others.waitUntilAllJobsAreFinished()
+                await runOneJob(of: "t-stale-\(index)", on: others)
             }
             guard JobQueue._exclusivityCategoriesKnown(among: ["t-stale-x"]) == 0 else {
                 fatalError("'t-stale-x' was not forgotten")
