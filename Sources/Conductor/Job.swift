@@ -647,8 +647,8 @@ open class Job: @unchecked Sendable {
         // last wrote, is not touched under the lock.
         var dependents = _JobList()
         swap(&dependents, &_dependents)
-        if case .many(let jobs) = dependents, jobs.count >= JobQueue.reserveForDependents {
-            Job._reserveLineLocked(forDependents: jobs)
+        if case .many(let buffer) = dependents, buffer.count >= JobQueue.reserveForDependents {
+            Job._reserveLineLocked(forDependents: buffer)
         }
         dependents.forEachUnretained(prefetchingAhead: Job.dependentsToPrefetch) { dependent in
             dependent._dependencyFinishedLocked(self, outcome, &actions)
@@ -672,7 +672,7 @@ open class Job: @unchecked Sendable {
     /// A guess that is wrong (dependents on other queues or levels, or still waiting for other
     /// dependencies) only leaves that line with the capacity a burst of that size would have given it.
     @inline(never)
-    static func _reserveLineLocked(forDependents dependents: [Job]) {
+    static func _reserveLineLocked(forDependents dependents: _JobBuffer) {
         let first = dependents[0]
         guard first._admitted, let queue = first._queue else { return }
         queue._withUnsafeGuaranteedRef { $0._ready.reserve(dependents.count, level: first._priority.bucket) }

@@ -166,11 +166,7 @@ struct _Actions {
         } else if releasedToo.isEmpty {
             swap(&releasedToo, &jobs)
         } else {
-            switch jobs {
-            case .empty: break
-            case .one(let job): more.released.append([job])
-            case .many(let array): more.released.append(array)
-            }
+            more.releasedLists.append(jobs)
             jobs = .empty
         }
     }
@@ -278,6 +274,7 @@ final class _ActionsOverflow {
     @exclusivity(unchecked) var deliveries: [Job] = []
     @exclusivity(unchecked) var waiters: [_Waiter] = []
     @exclusivity(unchecked) var released: [[Job]] = []
+    @exclusivity(unchecked) var releasedLists: [_JobList] = []
     @exclusivity(unchecked) var releasedObjects: [Any] = []
     /// Blocks of cancelled jobs, each in a struct: an `Array` or `Any` of bare closures stores
     /// them at the generic abstraction, which allocates a thunk for every closure stored, once per
@@ -355,6 +352,7 @@ final class _ActionsOverflow {
             group._end()
         }
         released = []
+        releasedLists = []
         releasedObjects = []
         releasedBlocks = []
         cascaded = []

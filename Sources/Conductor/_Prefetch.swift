@@ -28,8 +28,8 @@ extension _JobList {
             return nil
         case .one(let job):
             return (UnsafeRawPointer(Unmanaged.passUnretained(job).toOpaque()), true)
-        case .many(let jobs):
-            return jobs.withUnsafeBufferPointer { buffer in buffer.baseAddress.map { (UnsafeRawPointer($0), false) } }
+        case .many(let buffer):
+            return (UnsafeRawPointer(buffer.withUnsafeMutablePointerToElements { $0 }), false)
         }
     }
 
@@ -37,9 +37,9 @@ extension _JobList {
     /// count.
     @inline(__always)
     var _arrayStorage: (elements: UnsafeRawPointer, count: Int)? {
-        guard case .many(let jobs) = self else { return nil }
-        return jobs.withUnsafeBufferPointer { buffer in
-            buffer.baseAddress.map { (UnsafeRawPointer($0), buffer.count) }
+        guard case .many(let buffer) = self else { return nil }
+        return buffer.withUnsafeMutablePointers { header, elements in
+            (UnsafeRawPointer(elements), header.pointee.count)
         }
     }
 }

@@ -718,6 +718,34 @@ struct LeakTests {
         _ = blocker
     }
 
+    @Test("the jobs of a dense graph are freed once it ran: edge lists grown, shrunk and dropped")
+    func denseGraphIsFreed() async throws {
+        // Two layers of 6, each job of the second waiting for every job of the first: every list
+        // holds 6 jobs, so each grew past its first storage (room for four), and one edge per job
+        // is removed again. A list that kept or over-released what it held fails here (or crashes).
+        let harness = Harness("dense-graph")
+        let ran = Counter()
+        harness.queue.isSuspended = true
+        let weakJobs: [WeakReference<Job>] = try {
+            let first = (0..<6).map { _ in BlockJob { ran.increment() } }
+            let second = (0..<6).map { _ in BlockJob { ran.increment() } }
+            for (index, job) in second.enumerated() {
+                for dependency in first {
+                    try job.addDependency(dependency)
+                }
+                job.removeDependency(first[index])
+                #expect(job.dependencies.count == 5)
+            }
+            harness.queue.addJobs(first + second, waitUntilFinished: false)
+            return (first + second).map { WeakReference($0) }
+        }()
+        #expect(weakJobs.allSatisfy { $0.object != nil }, "the queue holds its unfinished jobs")
+        harness.queue.isSuspended = false
+        await harness.settle()
+        #expect(ran.value == 12)
+        #expect(weakJobs.allSatisfy { $0.object == nil })
+    }
+
     @Test("a job that depends on a cancelled job runs, and both are freed")
     func dependentOfACancelledJob() async throws {
         let harness = Harness("dependent-of-cancelled")
