@@ -166,8 +166,9 @@ struct _Actions {
         } else if releasedToo.isEmpty {
             swap(&releasedToo, &jobs)
         } else {
-            more.releasedLists.append(jobs)
-            jobs = .empty
+            var list = _JobList.empty
+            swap(&list, &jobs)
+            more.releasedLists.append(list)
         }
     }
 

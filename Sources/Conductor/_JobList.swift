@@ -10,17 +10,20 @@
 /// growth and destruction for a class element go through the standard library's generic entry
 /// points (its storage type looked up per allocation, each element destroyed through a value
 /// witness): about 150 instructions per edge in callgrind, a quarter of an edge's cost.
-enum _JobList: RandomAccessCollection {
+///
+/// `package` so that the tests can check its copy-on-write directly (`JobListTests`): the engine
+/// never keeps a copy of a list across a change to it, so no engine path reaches that case.
+package enum _JobList: RandomAccessCollection {
     case empty
     case one(Job)
     /// Two or more jobs.
     case many(_JobBuffer)
 
-    init() {
+    package init() {
         self = .empty
     }
 
-    init(_ jobs: [Job]) {
+    package init(_ jobs: [Job]) {
         switch jobs.count {
         case 0: self = .empty
         case 1: self = .one(jobs[0])
@@ -33,9 +36,9 @@ enum _JobList: RandomAccessCollection {
         }
     }
 
-    var startIndex: Int { 0 }
+    package var startIndex: Int { 0 }
 
-    var endIndex: Int {
+    package var endIndex: Int {
         switch self {
         case .empty: 0
         case .one: 1
@@ -44,12 +47,12 @@ enum _JobList: RandomAccessCollection {
     }
 
     @inline(__always)
-    var isEmpty: Bool {
+    package var isEmpty: Bool {
         if case .empty = self { return true }
         return false
     }
 
-    subscript(position: Int) -> Job {
+    package subscript(position: Int) -> Job {
         switch self {
         case .empty:
             _trap("_JobList: index \(position) out of range")
@@ -67,7 +70,7 @@ enum _JobList: RandomAccessCollection {
     }
 
     /// - Complexity: O(1) amortized.
-    mutating func append(_ job: Job) {
+    package mutating func append(_ job: Job) {
         // `consume`: the payload moves out, so a buffer is uniquely referenced and grows in place,
         // with no retain and release of it (or of a single job) around the change.
         switch consume self {
@@ -81,9 +84,15 @@ enum _JobList: RandomAccessCollection {
             buffer.appendAssumingCapacity(job)
             self = .many(buffer)
         case .many(var buffer):
-            if !isKnownUniquelyReferenced(&buffer) {
-                buffer = buffer.copy(capacity: buffer.count * 2)
-            } else if buffer.count == buffer.room {
+            guard isKnownUniquelyReferenced(&buffer) else {
+                // Shared with a copy of the list, which keeps its jobs (the engine keeps no copy
+                // across a change): a new buffer, made as the removals make theirs.
+                var jobs = Array(_JobList.many(buffer))
+                jobs.append(job)
+                self = _JobList(jobs)
+                return
+            }
+            if buffer.count == buffer.room {
                 buffer = buffer.moved(capacity: buffer.count * 2)
             }
             buffer.appendAssumingCapacity(job)
@@ -136,7 +145,7 @@ enum _JobList: RandomAccessCollection {
 
     /// - Complexity: O(count).
     @discardableResult
-    mutating func remove(at position: Int) -> Job {
+    package mutating func remove(at position: Int) -> Job {
         switch self {
         case .empty:
             _trap("_JobList: index \(position) out of range")
@@ -153,7 +162,7 @@ enum _JobList: RandomAccessCollection {
     }
 
     /// - Complexity: O(count).
-    mutating func removeAll(where shouldRemove: (Job) throws -> Bool) rethrows {
+    package mutating func removeAll(where shouldRemove: (Job) throws -> Bool) rethrows {
         var kept: [Job] = []
         for job in self where try !shouldRemove(job) {
             kept.append(job)
@@ -166,8 +175,8 @@ enum _JobList: RandomAccessCollection {
 /// allocation, laid out as an `Array`'s (the elements 32 bytes into the object, the count 16 bytes
 /// before them), which the prefetch hints rely on. Each element is a strong reference, released
 /// by `deinit` one by one with direct calls.
-final class _JobBuffer: ManagedBuffer<_JobBuffer.Header, Job> {
-    struct Header {
+package final class _JobBuffer: ManagedBuffer<_JobBuffer.Header, Job> {
+    package struct Header {
         var count: Int
         var capacity: Int
     }
@@ -216,20 +225,6 @@ final class _JobBuffer: ManagedBuffer<_JobBuffer.Header, Job> {
             (elements + header.pointee.count).initialize(to: job)
             header.pointee.count += 1
         }
-    }
-
-    /// A new buffer with room for `capacity` jobs and this one's jobs, retained again (this one
-    /// keeps its own).
-    @inline(never)
-    func copy(capacity: Int) -> _JobBuffer {
-        let copy = _JobBuffer.make(capacity: capacity)
-        withUnsafeMutablePointers { header, elements in
-            copy.withUnsafeMutablePointers { copyHeader, copyElements in
-                copyElements.initialize(from: elements, count: header.pointee.count)
-                copyHeader.pointee.count = header.pointee.count
-            }
-        }
-        return copy
     }
 
     /// A new buffer with room for `capacity` jobs, holding this one's jobs, which this one gives up

@@ -12,15 +12,15 @@ func _prefetch(_ address: UnsafeRawPointer) {
 }
 
 // The accessors below find their addresses in a switch with no call inside, so the compiler reads
-// the list in place: no copy of it, and no retain of a job or array whose line is still loading (a
-// retain is an atomic write to that line). For the same reason the array's pointer is returned from
-// `withUnsafeBufferPointer` instead of used inside it: a call in there (a hint is a call to the
-// compiler) would make it copy the list first. That pointer stays valid while the list is
-// unchanged: the callers hold the engine lock, which every change to the list needs, and the job.
-// The arrays are Swift's own, built by `append`, never bridged, so their storage does not move.
+// the list in place: no copy of it, and no retain of a job or buffer whose line is still loading (a
+// retain is an atomic write to that line). For the same reason the buffer's element pointer is
+// returned from `withUnsafeMutablePointerToElements` instead of used inside it: a call in there (a
+// hint is a call to the compiler) would make it copy the list first. That pointer stays valid
+// while the list is unchanged: the callers hold the engine lock, which every change to the list
+// needs (a buffer's jobs move only when `append` grows it into a new one), and the job.
 extension _JobList {
-    /// Where visiting the list starts reading: the one job, or the array's elements. Reads nothing
-    /// from the array's storage.
+    /// Where visiting the list starts reading: the one job, or the buffer's elements. Reads nothing
+    /// from the buffer.
     @inline(__always)
     var _start: (address: UnsafeRawPointer, isJob: Bool)? {
         switch self {
@@ -33,10 +33,10 @@ extension _JobList {
         }
     }
 
-    /// The array's elements and count; `nil` for an empty list or a single job. Reads the array's
-    /// count.
+    /// The buffer's elements and count; `nil` for an empty list or a single job. Reads the
+    /// buffer's count.
     @inline(__always)
-    var _arrayStorage: (elements: UnsafeRawPointer, count: Int)? {
+    var _bufferStorage: (elements: UnsafeRawPointer, count: Int)? {
         guard case .many(let buffer) = self else { return nil }
         return buffer.withUnsafeMutablePointers { header, elements in
             (UnsafeRawPointer(elements), header.pointee.count)
@@ -55,8 +55,8 @@ extension Job {
         _prefetch(address + 127)
     }
 
-    /// Starts loading what visiting `_dependents` reads first: the one job's fields, or the array's
-    /// storage (its header, just before the elements, and the first elements).
+    /// Starts loading what visiting `_dependents` reads first: the one job's fields, or the
+    /// buffer's header (its count, just before the elements) and first elements.
     @inline(__always)
     func _prefetchDependentsStorage() {
         guard let (address, isJob) = _dependents._start else { return }
@@ -68,25 +68,25 @@ extension Job {
         }
     }
 
-    /// Starts loading the fields of each job in an array of `_dependents` (the one job's were
-    /// loaded with the storage). Reads the array, so it pays once `_prefetchDependentsStorage()`
+    /// Starts loading the fields of each job in a buffer of `_dependents` (the one job's were
+    /// loaded with the storage). Reads the buffer, so it pays once `_prefetchDependentsStorage()`
     /// has had time to bring that in.
     @inline(__always)
     func _prefetchDependents() {
         _forEachDependentToPrefetch(Job._prefetchFields(at:))
     }
 
-    /// Calls `body` with the address of each of the first `dependentsToPrefetch` jobs in an array
+    /// Calls `body` with the address of each of the first `dependentsToPrefetch` jobs in a buffer
     /// of `_dependents`, read without retaining them; nothing for an empty list or a single job.
     @inline(__always)
     func _forEachDependentToPrefetch(_ body: (UnsafeRawPointer) -> Void) {
-        guard let (elements, count) = _dependents._arrayStorage else { return }
+        guard let (elements, count) = _dependents._bufferStorage else { return }
         for index in 0..<min(count, Job.dependentsToPrefetch) {
             body(Job._address(at: index, in: elements))
         }
     }
 
-    /// The address of the job at `index` of an array's elements, read without retaining it.
+    /// The address of the job at `index` of a buffer's elements, read without retaining it.
     @inline(__always)
     static func _address(at index: Int, in elements: UnsafeRawPointer) -> UnsafeRawPointer {
         // A class reference and `Unmanaged` of it have the same layout.
@@ -109,7 +109,7 @@ extension Job {
         engineLock.withLock {
             guard let (address, isJob) = _dependents._start else { return [] }
             if isJob { return [address] }
-            guard _dependents._arrayStorage?.elements == address else { return [] }
+            guard _dependents._bufferStorage?.elements == address else { return [] }
             var addresses: [UnsafeRawPointer] = []
             _forEachDependentToPrefetch { addresses.append($0) }
             return addresses
