@@ -52,9 +52,10 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// child's total (one without a progress of its own is one unit). The progress, made when
     /// first needed, starts from them (`_newProgressLocked`).
     @exclusivity(unchecked) private var finishedUnits: Int64 = 0
-    /// The group itself, while it has unfinished children: what keeps it alive for its children's
-    /// unowned `countingGroup`, and a group started by hand and let go until they finish. One
-    /// reference per stretch of unfinished children, not one per child.
+    /// The group itself, while it has unfinished children: what keeps it alive for the children it
+    /// counts (which find it through its queue of children, and between their finish and their
+    /// settling through their unowned `countingGroup`), and a group started by hand and let go
+    /// until they finish. One reference per stretch of unfinished children, not one per child.
     @exclusivity(unchecked) private var selfWhileCounting: GroupJob?
 
     /// Creates a group whose children run at most `maxConcurrentJobCount` at a time, starting with
@@ -128,7 +129,6 @@ public final class GroupJob: Job, @unchecked Sendable {
             _trap("GroupJob.addChild(_:): \(problem)")
         }
         let cancelled = _isCancelled || isRefused
-        job._extrasLocked.parentGroup = self
         _countChildInProgressLocked(job, settled: cancelled || job._state == .finished, &actions)
         // Counted and put on the queue of children in one critical section, counted first: its
         // finish counts the group down in whatever section it happens (the engine does, not an
@@ -141,7 +141,9 @@ public final class GroupJob: Job, @unchecked Sendable {
                     selfWhileCounting = self
                 }
                 unfinished += 1
-                job._extrasLocked.countingGroup = self
+                // Counted while it is on the queue of children, which says which group counts it:
+                // no side object for that (`Job._countingGroupLocked`).
+                job._isCountedChild = true
                 // Cannot fail: the job is on no queue and has not started (checked above).
                 _ = children._enqueueLocked(job, &actions)
                 actions.touch(children)
@@ -242,7 +244,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         // O(children) once. Every unfinished child is on the queue of children until it finishes;
         // so are jobs the group does not count (a child's conditions' generated dependencies, a
         // job a child added to `JobQueue.current`), which count in that queue's progress only.
-        for child in children._membersLocked() where child._extras?.countingGroup === self {
+        for child in children._membersLocked() where child._isCountedChild {
             if let own = child._progressToCountLocked(&actions) {
                 adopted.append(own)
                 let (ownTotal, ownCompleted) = own._countedUnits
@@ -342,7 +344,7 @@ extension Job {
             engineLock.unlock()
             _trap("Job.produce(_:): '\(name)' is \(state); a job produces jobs only while it executes")
         }
-        let group = _extras?.parentGroup
+        let group = _countingGroupLocked
         let queue = _queue?.takeUnretainedValue()
         let name = _describeLocked
         engineLock.unlock()

@@ -46,14 +46,12 @@ final class _JobExtras: @unchecked Sendable {
     /// The categories the job is in line for or holds: its own, less those an ancestor group holds,
     /// looked up when it was claimed without them. Read only while it is in line or holds them.
     @exclusivity(unchecked) var lineCategories = _CategoryList()
-    /// The group this job is a child of (weak: the group's queue of children holds the child).
-    @exclusivity(unchecked) weak var parentGroup: GroupJob?
-    /// The group that counts this job among its unfinished children, from when it takes the job
-    /// until the job, finished and told so, counts it down (`Job._countDownGroupLocked`). Not `parentGroup`,
-    /// which a later `addChild` overwrites once the job has finished. Unowned: a group holds
-    /// itself while it has unfinished children (`GroupJob.selfWhileCounting`), which include this
-    /// job for as long as the field is set, so it is alive whenever the field is read; and, as
-    /// when each child held it, a group started by hand and let go lives until its children finish.
+    /// The group that counts this job among its unfinished children, from the job's finish, which
+    /// takes it off the group's queue of children, until the job, its callbacks run, counts it
+    /// down as it settles (`Job._settleAfterCallbacks`); before that the job finds its group through
+    /// that queue (`Job._countingGroupLocked`). Unowned: a group holds itself while it has
+    /// unfinished children (`GroupJob.selfWhileCounting`), which include this job for as long as
+    /// the field is set, so it is alive whenever the field is read.
     @exclusivity(unchecked) unowned(unsafe) var countingGroup: GroupJob?
     /// Set when the job was claimed inside a group while naming an exclusivity category that no
     /// group around it holds: the category, and the job's group. The job does not run; it fails
@@ -284,9 +282,9 @@ extension Job {
     /// `.finished` has been delivered (in its finish when it has nothing to deliver, else when it
     /// settles): so the group, which ends after its last child is counted, ends after every child's
     /// observers, completion block and waiters. Call with `engineLock` held.
-    func _countDownGroupLocked(_ extras: _JobExtras, _ actions: inout _Actions) {
-        guard let group = extras.countingGroup else { return }
-        extras.countingGroup = nil
+    func _countDownGroupLocked(_ group: GroupJob?, _ actions: inout _Actions) {
+        guard let group else { return }
+        _isCountedChild = false
         group._childFinishedLocked(self, &actions)
     }
 
@@ -298,7 +296,9 @@ extension Job {
         extras.resumeWaiters(&actions)
         _countSettledInBatchLocked(&actions)
         extras.isDelivering = false
-        _countDownGroupLocked(extras, &actions)
+        let countingGroup = extras.countingGroup
+        extras.countingGroup = nil
+        _countDownGroupLocked(countingGroup, &actions)
         if let queue = extras.settleQueue {
             extras.settleQueue = nil
             queue._settleLocked(&actions)

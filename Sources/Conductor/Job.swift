@@ -78,6 +78,21 @@ open class Job: @unchecked Sendable {
         get { _flags.contains(.runsElsewhere) }
         set { _flags.set(.runsElsewhere, newValue) }
     }
+    /// Whether a group counts the job among its unfinished children (`_countingGroupLocked`).
+    var _isCountedChild: Bool {
+        get { _flags.contains(.isCountedChild) }
+        set { _flags.set(.isCountedChild, newValue) }
+    }
+
+    /// The group that counts this job among its unfinished children, if one does: the group whose
+    /// queue of children the job is on. Found through that queue, so a child needs no side object
+    /// to know its group; read only while the job is on it (it leaves at its finish, which saves
+    /// the group in the side object if the job is counted down later, when it settles). Call with
+    /// `engineLock` held.
+    var _countingGroupLocked: GroupJob? {
+        guard _isCountedChild else { return nil }
+        return _queue?._withUnsafeGuaranteedRef { $0._owningGroup }
+    }
 
     /// Dependents in `_dependents` that finished first (cancelled); compacted away in bulk.
     var _finishedDependents: Int32 {
@@ -597,6 +612,8 @@ open class Job: @unchecked Sendable {
         var hasCallbacks = false
         var ownProgress: JobProgress?
         if let extras = _extras {
+            // Found through the queue of children, which the job leaves below.
+            let countingGroup = _countingGroupLocked
             if _isExclusive {
                 _exclusivity.leaveLocked(self, extras, &actions)
             }
@@ -612,18 +629,22 @@ open class Job: @unchecked Sendable {
                 ownProgress = progress
                 progress._finishLocked(&actions)
             }
-            if let group = extras.countingGroup {
-                group._childFinishedInProgressLocked(ownProgress, &actions)
+            if let countingGroup {
+                countingGroup._childFinishedInProgressLocked(ownProgress, &actions)
             }
             if extras.hasCallbacks {
                 hasCallbacks = true
+                // Counted down when it settles, after its callbacks, off its queue of children.
+                extras.countingGroup = countingGroup
             } else {
                 // Nothing to deliver: its group counts it now (otherwise when it settles).
-                _countDownGroupLocked(extras, &actions)
+                _countDownGroupLocked(countingGroup, &actions)
                 // Only waiters: nobody to call, so wake them now and settle without a delivery round.
                 extras.resumeWaiters(&actions)
                 _extras = nil
             }
+        } else if _isCountedChild {
+            _countDownPlainChildLocked(&actions)
         }
         _callbacksPending = hasCallbacks
         if !hasCallbacks && _batch != nil {
@@ -664,6 +685,15 @@ open class Job: @unchecked Sendable {
             _extras = _JobExtras(keeping: ownProgress)
         }
         actions.cancelDependentsLocked()
+    }
+
+    /// A group's child with no side object finished: nothing to deliver, so its group counts it
+    /// now. Out of line, so that a plain job's finish pays one flag test for groups.
+    @inline(never)
+    func _countDownPlainChildLocked(_ actions: inout _Actions) {
+        let group = _countingGroupLocked
+        group?._childFinishedInProgressLocked(nil, &actions)
+        _countDownGroupLocked(group, &actions)
     }
 
     /// Makes room at once in the ready line that `dependents` are likely to enter, before they are

@@ -282,7 +282,7 @@ extension Job {
         // children. Whatever counts a group made the group's progress first
         // (`_progressToCountLocked`), so a new one here, a group's included, counts as the one unit
         // that was counted for the job, if anything counted it.
-        if let group = extras.countingGroup {
+        if let group = _countingGroupLocked {
             progress._parentLocked = group._extras?.progress
         } else {
             progress._parentLocked = _queue?._withUnsafeGuaranteedRef { $0._progress }

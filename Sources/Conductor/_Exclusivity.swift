@@ -160,6 +160,7 @@ final class _ExclusivityRegistry: @unchecked Sendable {
     }
 
     /// Whether `job` may take all of `lines` now. Call with `engineLock` held.
+    @inline(__always)
     private func grantable(_ job: Job, _ lines: _CategoryList) -> Bool {
         lines.allSatisfy { category in
             guard category.holder == nil else { return false }
@@ -174,14 +175,14 @@ final class _ExclusivityRegistry: @unchecked Sendable {
     func acquireLocked(_ job: Job, _ extras: _JobExtras, joinLine: Bool = true, _ actions: inout _Actions) -> Bool {
         let wasInLine = extras.parkTicket != 0
         if !wasInLine {
-            if let group = extras.parentGroup {
+            if let group = job._countingGroupLocked {
                 // A category held by an ancestor group counts as held by the job: it neither waits
                 // for it nor takes it. Inside a group, only those: a group holds its slot (and its
                 // categories) while it waits for its children, so a child waiting for a category
                 // could wait for a job that waits for that slot. The job is granted nothing and
                 // fails instead of running.
                 extras.lineCategories = _CategoryList()
-                if let name = (extras.exclusivityCategories ?? []).filter({ !heldByAncestor($0, of: extras) }).min() {
+                if let name = (extras.exclusivityCategories ?? []).filter({ !heldByAncestor($0, of: group) }).min() {
                     extras.categoryRefusal = (name, group)
                     job._runsElsewhere = true
                     return true
@@ -333,13 +334,15 @@ final class _ExclusivityRegistry: @unchecked Sendable {
         }
     #endif
 
-    /// Whether a group `extras`' job belongs to (at any depth) holds `name`.
-    private func heldByAncestor(_ name: String, of extras: _JobExtras) -> Bool {
+    /// Whether `group` or a group around it (at any depth) holds `name`. Each group around holds
+    /// its slot while its children run, so it is on its own group's queue of children, through
+    /// which it finds that group.
+    private func heldByAncestor(_ name: String, of group: GroupJob) -> Bool {
         guard let holder = categories[name]?.holder else { return false }
-        var group = extras.parentGroup
-        while let ancestor = group {
-            if ancestor === holder { return true }
-            group = ancestor._extras?.parentGroup
+        var ancestor: GroupJob? = group
+        while let current = ancestor {
+            if current === holder { return true }
+            ancestor = current._countingGroupLocked
         }
         return false
     }

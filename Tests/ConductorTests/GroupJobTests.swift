@@ -317,6 +317,33 @@ private func succeeded(_ job: Job) -> Bool {
         box.withLock { $0 = nil }
     }
 
+    @Test(
+        "a job a child adds to JobQueue.current is not the group's: the group does not count it, and it produces onto that queue"
+    )
+    func aJobAddedToTheChildrensQueueIsNotAChild() async {
+        // The children's queue says which group counts a job on it only for the jobs the group
+        // took: this one is on that queue too, but was added to it directly.
+        let queue = JobQueue(name: "not-a-child")
+        let release = DispatchSemaphore(value: 0)
+        let produced = Signal()
+        let box = Locked<Job?>(nil)
+        let extra = BlockJob {
+            release.wait()  // A Dispatch worker of the children's queue.
+            box.withLock { $0 }!.produce(BlockJob { produced.fire() })
+        }
+        box.withLock { $0 = extra }
+        let child = BlockJob { JobQueue.current!.addJob(extra) }
+        let group = GroupJob(name: "not-a-child-group", jobs: [child])
+        queue.addJob(group)
+        await group.waitUntilFinished()
+        #expect(succeeded(group))
+        #expect(!extra.isFinished, "the group waited for a job it does not count")
+        release.signal()
+        await produced.wait()
+        await extra.waitUntilFinished()
+        box.withLock { $0 = nil }
+    }
+
     @Test func aJobOnAQueueProducesOntoItsQueue() async {
         let queue = JobQueue(name: "produce-queue")
         let ran = Signal()
