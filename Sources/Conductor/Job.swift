@@ -611,6 +611,12 @@ open class Job: @unchecked Sendable {
         }
         var hasCallbacks = false
         var ownProgress: JobProgress?
+        #if CONDUCTOR_INVARIANTS
+            _require(
+                !_isCountedChild || _countingGroupLocked != nil,
+                "Conductor: '\(_describeLocked)' is counted by a group but is not on its queue of children as it finishes"
+            )
+        #endif
         if let extras = _extras {
             // Found through the queue of children, which the job leaves below.
             let countingGroup = _countingGroupLocked

@@ -318,11 +318,12 @@ private func succeeded(_ job: Job) -> Bool {
     }
 
     @Test(
-        "a job a child adds to JobQueue.current is not the group's: the group does not count it, and it produces onto that queue"
+        "a job a child adds to JobQueue.current is not the group's: the group does not count it, its category is its own, and it produces onto that queue"
     )
     func aJobAddedToTheChildrensQueueIsNotAChild() async {
         // The children's queue says which group counts a job on it only for the jobs the group
-        // took: this one is on that queue too, but was added to it directly.
+        // took: this one is on that queue too, but was added to it directly. A child naming a
+        // category no group around it holds would fail without running; this job takes its own.
         let queue = JobQueue(name: "not-a-child")
         let release = DispatchSemaphore(value: 0)
         let produced = Signal()
@@ -331,16 +332,20 @@ private func succeeded(_ job: Job) -> Bool {
             release.wait()  // A Dispatch worker of the children's queue.
             box.withLock { $0 }!.produce(BlockJob { produced.fire() })
         }
+        extra.exclusivityCategories = ["not-a-child-category"]
         box.withLock { $0 = extra }
         let child = BlockJob { JobQueue.current!.addJob(extra) }
         let group = GroupJob(name: "not-a-child-group", jobs: [child])
         queue.addJob(group)
         await group.waitUntilFinished()
         #expect(succeeded(group))
-        #expect(!extra.isFinished, "the group waited for a job it does not count")
+        #expect(!extra.isFinished, "the group waited for a job it does not count, or the job did not run")
         release.signal()
-        await produced.wait()
         await extra.waitUntilFinished()
+        #expect(succeeded(extra), "the job was refused its category, as the group's child would be")
+        if succeeded(extra) {
+            await produced.wait()  // Produced before the job finished.
+        }
         box.withLock { $0 = nil }
     }
 
