@@ -277,11 +277,7 @@ private final class BlockJobBox: @unchecked Sendable {
 
     @Test func addingAQueuedJobAsAChildTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let queue = JobQueue(name: "owner-queue")
-            queue.isSuspended = true
-            let job = BlockJob {}
-            job.name = "queued-job"
-            queue.addJob(job)
+            let job = queuedJobOnASuspendedQueue()
             GroupJob(name: "taker").addChild(job)
         }
         #expect(
@@ -292,11 +288,7 @@ private final class BlockJobBox: @unchecked Sendable {
     @Test func aQueuedJobAmongAGroupsFirstJobsTraps() async {
         // `GroupJob(jobs:)` adds its jobs in one critical section, with `addChild(_:)`'s checks.
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            let queue = JobQueue(name: "owner-queue")
-            queue.isSuspended = true
-            let job = BlockJob {}
-            job.name = "queued-job"
-            queue.addJob(job)
+            let job = queuedJobOnASuspendedQueue()
             _ = GroupJob(name: "taker", jobs: [BlockJob {}, job])
         }
         #expect(
@@ -551,4 +543,15 @@ private final class BlockJobBox: @unchecked Sendable {
         #expect(job.dependencies.isEmpty)
         #expect(unrelated.state == .ready, "the refused edge left the other job untouched")
     }
+}
+
+/// A job named "queued-job" waiting on a suspended queue named "owner-queue" (which keeps itself,
+/// and its job, while the job waits): for the exit tests that hand a job on a queue to a group.
+private func queuedJobOnASuspendedQueue() -> BlockJob {
+    let queue = JobQueue(name: "owner-queue")
+    queue.isSuspended = true
+    let job = BlockJob {}
+    job.name = "queued-job"
+    queue.addJob(job)
+    return job
 }
