@@ -52,11 +52,6 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// child's total (one without a progress of its own is one unit). The progress, made when
     /// first needed, starts from them (`_newProgressLocked`).
     @exclusivity(unchecked) private var finishedUnits: Int64 = 0
-    /// The group itself, while it has unfinished children: what keeps it alive for the children it
-    /// counts (which find it through its queue of children, and between their finish and their
-    /// settling through their unowned `countingGroup`), and a group started by hand and let go
-    /// until they finish. One reference per stretch of unfinished children, not one per child.
-    @exclusivity(unchecked) private var selfWhileCounting: GroupJob?
 
     /// Creates a group whose children run at most `maxConcurrentJobCount` at a time, starting with
     /// `jobs`, added in one critical section as ``addChild(_:)`` would add each (and trapping as it
@@ -138,7 +133,9 @@ public final class GroupJob: Job, @unchecked Sendable {
         if !cancelled {
             if job._state != .finished {
                 if unfinished == 0 {
-                    selfWhileCounting = self
+                    // The group's hold on itself while it has unfinished children: one reference
+                    // per stretch of them, not one per child.
+                    children._countingGroupRetain = .passRetained(self)
                 }
                 unfinished += 1
                 // Counted while it is on the queue of children, which says which group counts it:
@@ -260,14 +257,15 @@ public final class GroupJob: Job, @unchecked Sendable {
     }
 
     /// `child`, which this group counts, has finished and been told so: counts the group down. At
-    /// its last unfinished child the group lets go of itself (`selfWhileCounting`): if it is
+    /// its last unfinished child the group lets go of itself (`JobQueue._countingGroupRetain`): if it is
     /// executing, it seals, and `actions` finishes it (`_end()`) after unlocking with that
     /// reference; otherwise the reference is released after unlocking (it may be the last). Call
     /// with `engineLock` held, from `Job._countDownGroupLocked`.
     func _childFinishedLocked(_ child: Job, _ actions: inout _Actions) {
         unfinished -= 1
         _recordFailureLocked(of: child)
-        guard unfinished == 0, let counting = selfWhileCounting.take() else { return }
+        guard unfinished == 0, let retain = children._countingGroupRetain.take() else { return }
+        let counting = retain.takeRetainedValue()
         if didExecute && !isSealed {
             isSealed = true
             actions.endAfterCallbacks(counting)

@@ -85,13 +85,14 @@ open class Job: @unchecked Sendable {
     }
 
     /// The group that counts this job among its unfinished children, if one does: the group whose
-    /// queue of children the job is on. Found through that queue, so a child needs no side object
-    /// to know its group; read only while the job is on it (it leaves at its finish, which saves
-    /// the group in the side object if the job is counted down later, when it settles). Call with
+    /// queue of children the job is on, which holds it while it counts children
+    /// (`JobQueue._countingGroupRetain`). Found through that queue, so a child needs no side object to
+    /// know its group; read only while the job is on it (it leaves at its finish, which saves the
+    /// group in the side object if the job is counted down later, when it settles). Call with
     /// `engineLock` held.
     var _countingGroupLocked: GroupJob? {
         guard _isCountedChild else { return nil }
-        return _queue?._withUnsafeGuaranteedRef { $0._owningGroup }
+        return _queue?._withUnsafeGuaranteedRef { $0._countingGroup }
     }
 
     /// Dependents in `_dependents` that finished first (cancelled); compacted away in bulk.
@@ -184,6 +185,18 @@ open class Job: @unchecked Sendable {
         id = nextJobID.wrappingAdd(1, ordering: .relaxed).oldValue
         self.finishesWhenExecuteReturns = finishesWhenExecuteReturns
     }
+
+    #if CONDUCTOR_INVARIANTS
+        // A job's deinit releases its body, its callbacks and what they capture, whose deinits are
+        // user code: never under the engine lock (the engine hands its last references to
+        // `_Actions`, released after unlocking). Debug builds check it on every job.
+        deinit {
+            _require(
+                !engineLock.isHeldByCurrentThread,
+                "Conductor: job \(id) was freed with the engine lock held; its last reference must be released after unlocking"
+            )
+        }
+    #endif
 
     // MARK: Work
 
@@ -697,9 +710,14 @@ open class Job: @unchecked Sendable {
     /// now. Out of line, so that a plain job's finish pays one flag test for groups.
     @inline(never)
     func _countDownPlainChildLocked(_ actions: inout _Actions) {
-        let group = _countingGroupLocked
-        group?._childFinishedInProgressLocked(nil, &actions)
-        _countDownGroupLocked(group, &actions)
+        // Not retained: the queue of children holds the group while it counts this job, and
+        // hands that reference to `actions` when its count ends.
+        guard let group = _queue?._withUnsafeGuaranteedRef({ $0._countingGroupRetain }) else { return }
+        group._withUnsafeGuaranteedRef { group in
+            group._childFinishedInProgressLocked(nil, &actions)
+            _isCountedChild = false
+            group._childFinishedLocked(self, &actions)
+        }
     }
 
     /// Makes room at once in the ready line that `dependents` are likely to enter, before they are

@@ -330,6 +330,8 @@ extension JobQueue {
             // A group's queue of children: the group's progress counts them with their units;
             // made first, it takes every child's own progress, and this one counts plain units.
             _ = group._progressLocked(&actions)
+            // The weak load's reference may be the group's last: released after unlocking.
+            actions.releaseAfterUnlocking(group)
         }
         for job in _membersLocked() {
             guard let own = job._progressToCountLocked(&actions), own._parentLocked == nil else { continue }

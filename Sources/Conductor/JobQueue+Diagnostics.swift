@@ -57,7 +57,10 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
                     "it is a barrier: it runs once the \(_activeUnfinished) unfinished jobs added before it have finished"
                 ))
         }
-        if _isSuspended, let group = _owningGroup, group._lifecycle.isUnstarted {
+        // The group read where it holds itself, not through the weak `_owningGroup`, whose strong
+        // reference could be the group's last and free it under the lock. A group that has no
+        // unfinished child left and has not started is not named: its queue is only suspended.
+        if _isSuspended, let group = _countingGroup, group._lifecycle.isUnstarted {
             let name = group._describeLocked
             return _WaitReason(
                 keyword: "group", short: "group '\(name)' has not started",
@@ -99,7 +102,7 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
     /// The whole explanation (see ``explain()``).
     func _explanationLocked(now: UInt64) -> String {
         var lines = ["Queue '\(_displayNameLocked)': \(_summaryLocked)."]
-        if _isSuspended, let group = _owningGroup, group._lifecycle.isUnstarted {
+        if _isSuspended, let group = _countingGroup, group._lifecycle.isUnstarted {
             lines.append("It runs the children of group '\(group._describeLocked)', which has not started: group.")
         } else if _isSuspended {
             lines.append("It is suspended: it starts no job until it is resumed.")

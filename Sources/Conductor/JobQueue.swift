@@ -87,7 +87,10 @@ public final class JobQueue: @unchecked Sendable {
     /// someone asked for it (``progress``).
     @exclusivity(unchecked) var _addedSinceIdle = 0
     @exclusivity(unchecked) var _progress: JobProgress?
-    /// The group whose children this queue runs, for diagnostics (a ``GroupJob``'s own queue).
+    /// The group whose children this queue runs (a ``GroupJob``'s own queue), for the queue's
+    /// progress; `_countingGroup` (below) for everything else. Weak, so its load under the lock
+    /// may return the group's last reference: hand what it returns to
+    /// `_Actions.releaseAfterUnlocking(_:)`.
     @exclusivity(unchecked) weak var _owningGroup: GroupJob?
     /// Links in the list of queues with unsettled jobs (`_activeQueues`), while the queue is on it.
     @exclusivity(unchecked) var _activeNext: Unmanaged<JobQueue>?
@@ -112,6 +115,23 @@ public final class JobQueue: @unchecked Sendable {
     let _admitsWithoutLock = Atomic<Bool>(false)
     /// The value last stored in `_admitsWithoutLock`, read under the lock without an atomic load.
     @exclusivity(unchecked) var _admitsWithoutLockCached = false
+
+    // After the fields above, so that their layout stays the one the hot path was measured with.
+    /// The group whose children this queue runs (`_owningGroup`) while it has unfinished
+    /// children, with one manual retain: the group's hold on itself for them, so that it stays
+    /// alive for the children it counts (which find it here, `Job._countingGroupLocked`) and for a
+    /// group started by hand and let go until they finish. Set when its first unfinished child
+    /// joins and taken when its last is counted down, both under the lock, and released after
+    /// unlocking: so whatever reads it under the lock, diagnostics included, reads a group that
+    /// stays alive until the lock is released. Manual, so that a child counting its group down
+    /// reads it without retaining it (the group has a side table for its weak references, which
+    /// makes each retain and release of it a slow one).
+    @exclusivity(unchecked) var _countingGroupRetain: Unmanaged<GroupJob>?
+
+    /// `_countingGroupRetain`'s group, retained. Call with `engineLock` held.
+    var _countingGroup: GroupJob? {
+        _countingGroupRetain?.takeUnretainedValue()
+    }
 
     /// Creates a queue.
     ///

@@ -378,7 +378,7 @@ struct _WaitGraph {
                 for member in queue._membersLocked() where member._admitted && member !== job {
                     need(position, member)
                 }
-            } else if queue._isSuspended, let group = queue._owningGroup, group._lifecycle.isUnstarted {
+            } else if queue._isSuspended, let group = queue._countingGroup, group._lifecycle.isUnstarted {
                 need(position, group)
             } else if !queue._isSuspended, queue._limit > 0, queue._executing >= queue._limit {
                 for executing in queue._executingJobsLocked() {

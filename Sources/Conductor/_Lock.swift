@@ -140,6 +140,11 @@ package final class _Lock: @unchecked Sendable {
     }
 
     #if CONDUCTOR_INVARIANTS
+        /// Whether the calling thread holds the lock. Debug builds only: for invariant checks.
+        package var isHeldByCurrentThread: Bool {
+            owner.load(ordering: .relaxed) == Self.currentThread
+        }
+
         private static var currentThread: UInt {
             #if canImport(Glibc)
                 UInt(pthread_self())  // An integer in glibc.

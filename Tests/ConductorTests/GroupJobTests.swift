@@ -561,6 +561,56 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(child.object == nil)
     }
 
+    @Test("a group let go while its queue of children is read is not freed under the engine lock")
+    func aGroupLetGoWhileItsQueueOfChildrenIsReadIsNotFreedUnderTheLock() async {
+        // The queue of children finds its group through a weak reference. Reading the group under
+        // the lock (explaining the queue, making its progress) holds a strong reference meanwhile;
+        // if the group's last other reference goes then, that one is the last, and it must be
+        // released after unlocking (debug builds trap when a job is freed with the lock held). A
+        // race, so many rounds: each lets the group go while another thread reads its queue.
+        let (queue, worker) = makeJobQueueOnSerialWorker("group-let-go")
+        for round in 0..<300 {
+            let saved = Locked<JobQueue?>(nil)
+            // Finished from `worker`, so that the group ends there too, and the queue lets go of
+            // it there: the rounds' drain leaves the holder with the group's last reference.
+            let child = AsyncBlockJob { job in
+                saved.withLock { $0 = JobQueue.current }
+                worker.async { job.finish() }
+            }
+            let holder = Locked<GroupJob?>(GroupJob(jobs: [child]))
+            let freed = WeakReference(holder.withLock { $0 })
+            holder.withLock { queue.addJob($0!) }
+            await queue.waitUntilAllJobsAreFinished()
+            await drainSerialQueue(worker)
+            guard let children = saved.withLock({ $0 }) else {
+                Issue.record("round \(round): the child did not run on a queue of children")
+                return
+            }
+            // A suspended queue of children looks for its group whenever it is explained.
+            children.isSuspended = true
+            let reading = Flag()
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                let finished = Counter()
+                DispatchQueue.global().async {
+                    reading.set()
+                    _ = children.progress
+                    for _ in 0..<50 { _ = children.explain() }
+                    if finished.increment() == 2 { done.resume() }
+                }
+                DispatchQueue.global().async {
+                    while !reading.value {}
+                    let group = holder.withLock { group in
+                        defer { group = nil }
+                        return group
+                    }
+                    _ = consume group
+                    if finished.increment() == 2 { done.resume() }
+                }
+            }
+            #expect(freed.object == nil)
+        }
+    }
+
     @Test func aGroupCancelledBeforeItStartsIsFreedWithItsChildren() async {
         // Its children are counted, then cancelled with it before it ever executes: the group's
         // hold on itself while it has unfinished children ends with the last of them.
