@@ -18,7 +18,7 @@ final class _TaskRunner: @unchecked Sendable {
     /// The job whose body the current task (or a task it created) runs. Only a hint: an
     /// unstructured `Task` created inside the body inherits it, so `bodyJobOfCurrentTaskLocked()`
     /// also compares the task itself.
-    @TaskLocal private static var bodyJob: _WeakJob?
+    @TaskLocal private static var bodyJob: _BodyJob?
 
     init(priority: TaskPriority?, _ body: @escaping @Sendable () async throws -> Void) {
         self.body = body
@@ -27,9 +27,16 @@ final class _TaskRunner: @unchecked Sendable {
 
     /// The job whose body is running in the current task itself, if any; `nil` outside a task, in
     /// other tasks, and in tasks the body created. Call with `engineLock` held.
+    ///
+    /// The task is compared first, through the runner, and the job loaded only when it matches:
+    /// the body's task holds the job while it runs, so the loaded reference is not the job's last.
+    /// A task the body created may wait after the job finished, as the job's last other references
+    /// go: loading the job then could free it here, under the lock.
     static func bodyJobOfCurrentTaskLocked() -> Job? {
-        guard let job = bodyJob?.job, let bodyTask = job._taskRunner?.bodyTask else { return nil }
-        return withUnsafeCurrentTask { $0 == bodyTask } ? job : nil
+        guard let bodyJob, let bodyTask = bodyJob.runner.bodyTask,
+            withUnsafeCurrentTask(body: { $0 == bodyTask })
+        else { return nil }
+        return bodyJob.job
     }
 
     /// Hands the un-run body to `actions`, to be released after unlocking.
@@ -47,8 +54,8 @@ final class _TaskRunner: @unchecked Sendable {
             withUnsafeCurrentTask { task in
                 engineLock.withLock { bodyTask = task }
             }
-            // Weak: a task the body creates inherits the task-local and may outlive the job.
-            let error = await _TaskRunner.$bodyJob.withValue(_WeakJob(job)) {
+            // The job weakly: a task the body creates inherits the task-local and may outlive it.
+            let error = await _TaskRunner.$bodyJob.withValue(_BodyJob(job, runner: self)) {
                 await _TaskRunner.run(work.take(), on: queue)
             }
             complete(job, with: error)
@@ -128,8 +135,23 @@ private final class _TaskWork: @unchecked Sendable {
     }
 }
 
-/// A weak reference to a job: for the task-local that names the job whose body a task runs, and
-/// for the jobs of a `JobError` that a job keeps as its outcome.
+/// What the task-local of a ``TaskJob``'s body names: the job, weakly, and its runner, which says
+/// which task runs the body (`_TaskRunner.bodyJobOfCurrentTaskLocked()`). The runner outlives the
+/// job while a task the body created does, keeping nothing of it: its body and task are gone by
+/// then.
+// @unchecked Sendable: both are set once, in `init`; loading a weak reference is thread-safe, and
+// the runner is Sendable.
+final class _BodyJob: @unchecked Sendable {
+    weak var job: Job?
+    let runner: _TaskRunner
+
+    init(_ job: Job, runner: _TaskRunner) {
+        self.job = job
+        self.runner = runner
+    }
+}
+
+/// A weak reference to a job: for the jobs of a `JobError` that a job keeps as its outcome.
 // @unchecked Sendable: `job` is set once, in `init`; loading a weak reference is thread-safe. (Not
 // `weak let`, which needs a newer compiler than the package's tools version.)
 final class _WeakJob: @unchecked Sendable {
