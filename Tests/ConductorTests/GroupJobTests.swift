@@ -586,18 +586,21 @@ private func succeeded(_ job: Job) -> Bool {
                 Issue.record("round \(round): the child did not run on a queue of children")
                 return
             }
-            // A suspended queue of children looks for its group whenever it is explained.
+            // A suspended queue of children looks for its group whenever it is explained, once for
+            // the queue and once for its first ready job (one the group does not count).
             children.isSuspended = true
+            let waiting = BlockJob {}
+            children.addJob(waiting)
             let reading = Flag()
             await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
                 let finished = Counter()
-                DispatchQueue.global().async {
+                DispatchQueue(label: "GroupJobTests.let-go.reader").async {
                     reading.set()
                     _ = children.progress
                     for _ in 0..<50 { _ = children.explain() }
                     if finished.increment() == 2 { done.resume() }
                 }
-                DispatchQueue.global().async {
+                DispatchQueue(label: "GroupJobTests.let-go.dropper").async {
                     while !reading.value {}
                     let group = holder.withLock { group in
                         defer { group = nil }
@@ -608,7 +611,22 @@ private func succeeded(_ job: Job) -> Bool {
                 }
             }
             #expect(freed.object == nil)
+            waiting.cancel()
         }
+    }
+
+    @Test("an unstarted group let go is freed after unlocking when its last child is cancelled")
+    func anUnstartedGroupLetGoIsFreedWhenItsLastChildIsCancelled() {
+        // The group's hold on itself while it has unfinished children is then its last reference:
+        // released after unlocking (debug builds trap when a job is freed with the lock held).
+        let (group, child): (WeakReference<GroupJob>, Job) = {
+            let child = BlockJob {}
+            let group = GroupJob(jobs: [child])
+            return (WeakReference(group), child)
+        }()
+        #expect(group.object != nil)
+        child.cancel()
+        #expect(group.object == nil)
     }
 
     @Test func aGroupCancelledBeforeItStartsIsFreedWithItsChildren() async {
