@@ -93,6 +93,15 @@ final class _JobExtras: @unchecked Sendable {
         self.init()
         self.progress = progress
     }
+
+    #if CONDUCTOR_INVARIANTS
+        // Observers and a completion block are user code, and so is what they capture.
+        deinit {
+            if !observers.isEmpty || completionBlock != nil {
+                _requireFreedOutsideEngineLock("a job's observers or completion block")
+            }
+        }
+    #endif
 }
 
 extension Job {

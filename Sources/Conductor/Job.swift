@@ -191,10 +191,7 @@ open class Job: @unchecked Sendable {
         // user code: never under the engine lock (the engine hands its last references to
         // `_Actions`, released after unlocking). Debug builds check it on every job.
         deinit {
-            _require(
-                !engineLock.isHeldByCurrentThread,
-                "Conductor: job \(id) was freed with the engine lock held; its last reference must be released after unlocking"
-            )
+            _requireFreedOutsideEngineLock("job \(id)")
         }
     #endif
 

@@ -189,6 +189,16 @@ final class _ProgressStorage: @unchecked Sendable {
         values = Values(total: total, completed: completed, finished: finished)
     }
 
+    #if CONDUCTOR_INVARIANTS
+        // Observers are user code, and so is what they capture. (A progress made and dropped in
+        // one critical section, which nobody could observe, is freed there.)
+        deinit {
+            if !observers.isEmpty {
+                _requireFreedOutsideEngineLock("a progress's observers")
+            }
+        }
+    #endif
+
     func read<Result>(_ body: (Values) -> Result) -> Result {
         lock.lock()
         defer { lock.unlock() }

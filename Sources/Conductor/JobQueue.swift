@@ -147,6 +147,13 @@ public final class JobQueue: @unchecked Sendable {
         _limit = maxConcurrentJobCount < 0 ? JobQueue.systemDefaultWidth : maxConcurrentJobCount
     }
 
+    #if CONDUCTOR_INVARIANTS
+        // A queue's deinit releases its progress (and that progress's observers) and its waiters.
+        deinit {
+            _requireFreedOutsideEngineLock("queue \(id)")
+        }
+    #endif
+
     private static func validate(_ count: Int) {
         _require(
             count >= 0 || count == defaultMaxConcurrentJobCount,

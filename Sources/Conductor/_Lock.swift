@@ -226,6 +226,18 @@ package final class _LockedValue<Value: Sendable>: @unchecked Sendable {
 /// lazy-initialization check).
 let _isLockProfiling = Atomic<Bool>(false)
 
+#if CONDUCTOR_INVARIANTS
+    /// Traps when the calling thread holds the engine lock: for the deinits of objects that hold
+    /// user code (closures, and what they capture, whose deinits are user code too), which must
+    /// never run under it. Debug builds only; see Design, "Decide inside, act outside".
+    func _requireFreedOutsideEngineLock(_ what: @autoclosure () -> String) {
+        _require(
+            !engineLock.isHeldByCurrentThread,
+            "Conductor: \(what()) was freed with the engine lock held; its last reference must be released after unlocking"
+        )
+    }
+#endif
+
 /// What a profiled lock measured: acquisitions, and nanoseconds spent waiting for it and holding it.
 package struct _LockProfile: Sendable {
     package var acquisitions = 0
