@@ -257,10 +257,10 @@ public final class GroupJob: Job, @unchecked Sendable {
     }
 
     /// `child`, which this group counts, has finished and been told so: counts the group down. At
-    /// its last unfinished child the group lets go of itself (`JobQueue._countingGroupRetain`): if it is
-    /// executing, it seals, and `actions` finishes it (`_end()`) after unlocking with that
+    /// its last unfinished child the group lets go of itself (`JobQueue._countingGroupRetain`): if
+    /// it is executing, it seals, and `actions` finishes it (`_end()`) after unlocking with that
     /// reference; otherwise the reference is released after unlocking (it may be the last). Call
-    /// with `engineLock` held, from `Job._countDownGroupLocked`.
+    /// with `engineLock` held, from `Job._countDownGroupLocked` or `_countDownPlainChildLocked`.
     func _childFinishedLocked(_ child: Job, _ actions: inout _Actions) {
         unfinished -= 1
         _recordFailureLocked(of: child)

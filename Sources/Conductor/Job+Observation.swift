@@ -50,8 +50,8 @@ final class _JobExtras: @unchecked Sendable {
     /// takes it off the group's queue of children, until the job, its callbacks run, counts it
     /// down as it settles (`Job._settleAfterCallbacks`); before that the job finds its group through
     /// that queue (`Job._countingGroupLocked`). Unowned: a group holds itself while it has
-    /// unfinished children (`JobQueue._countingGroupRetain`), which include this job for as long as
-    /// the field is set, so it is alive whenever the field is read.
+    /// unfinished children (`JobQueue._countingGroupRetain`), which include this job for as long
+    /// as the field is set, so it is alive whenever the field is read.
     @exclusivity(unchecked) unowned(unsafe) var countingGroup: GroupJob?
     /// Set when the job was claimed inside a group while naming an exclusivity category that no
     /// group around it holds: the category, and the job's group. The job does not run; it fails

@@ -85,11 +85,11 @@ open class Job: @unchecked Sendable {
     }
 
     /// The group that counts this job among its unfinished children, if one does: the group whose
-    /// queue of children the job is on, which holds it while it counts children
-    /// (`JobQueue._countingGroupRetain`). Found through that queue, so a child needs no side object to
-    /// know its group; read only while the job is on it (it leaves at its finish, which saves the
-    /// group in the side object if the job is counted down later, when it settles). Call with
-    /// `engineLock` held.
+    /// queue of children the job is on, which holds the group while it counts children
+    /// (`JobQueue._countingGroupRetain`). Found through that queue, so a child needs no side
+    /// object to know its group; read only while the job is on it (it leaves at its finish, which
+    /// saves the group in the side object if the job is counted down later, when it settles). Call
+    /// with `engineLock` held.
     var _countingGroupLocked: GroupJob? {
         guard _isCountedChild else { return nil }
         return _queue?._withUnsafeGuaranteedRef { $0._countingGroup }

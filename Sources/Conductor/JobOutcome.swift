@@ -175,8 +175,8 @@ struct _JobFlags: OptionSet, Sendable {
     /// (`Job._releaseSpentWork()`).
     static let workReturned = _JobFlags(rawValue: 1 << 5)
     /// A group counts the job among its unfinished children: the group whose queue of children the
-    /// job is on (`JobQueue._countingGroupRetain`), from when the group takes the job until the job,
-    /// finished and told so, counts it down (`Job._countingGroupLocked`).
+    /// job is on (`JobQueue._countingGroupRetain`), from when the group takes the job until the
+    /// job, finished and told so, counts it down (`Job._countingGroupLocked`).
     static let isCountedChild = _JobFlags(rawValue: 1 << 6)
 
     @inline(__always)

@@ -563,11 +563,12 @@ private func succeeded(_ job: Job) -> Bool {
 
     @Test("a group let go while its queue of children is read is not freed under the engine lock")
     func aGroupLetGoWhileItsQueueOfChildrenIsReadIsNotFreedUnderTheLock() async {
-        // The queue of children finds its group through a weak reference. Reading the group under
-        // the lock (explaining the queue, making its progress) holds a strong reference meanwhile;
-        // if the group's last other reference goes then, that one is the last, and it must be
-        // released after unlocking (debug builds trap when a job is freed with the lock held). A
-        // race, so many rounds: each lets the group go while another thread reads its queue.
+        // A finished group's queue of children knows its group only weakly. Reading the group
+        // under the lock through that reference (explaining the queue, making its progress) would
+        // hold a strong one meanwhile; if the group's last other reference went then, that one
+        // would be the last, and must be released after unlocking (debug builds trap when a job
+        // is freed with the lock held). A race, so many rounds: each lets the group go while
+        // another thread reads its queue.
         let (queue, worker) = makeJobQueueOnSerialWorker("group-let-go")
         for round in 0..<300 {
             let saved = Locked<JobQueue?>(nil)
