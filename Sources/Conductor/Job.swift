@@ -708,7 +708,9 @@ open class Job: @unchecked Sendable {
     @inline(never)
     func _countDownPlainChildLocked(_ actions: inout _Actions) {
         // Not retained: the queue of children holds the group while it counts this job, and
-        // hands that reference to `actions` when its count ends.
+        // hands that reference to `actions` when its count ends. `_countDownGroupLocked`'s two
+        // lines are repeated: calling it retained the group, a slow retain (a group has a side
+        // table), and `group` counted 7% more instructions in callgrind.
         guard let group = _queue?._withUnsafeGuaranteedRef({ $0._countingGroupRetain }) else { return }
         group._withUnsafeGuaranteedRef { group in
             group._childFinishedInProgressLocked(nil, &actions)
