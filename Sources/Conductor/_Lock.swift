@@ -236,6 +236,12 @@ let _isLockProfiling = Atomic<Bool>(false)
             "Conductor: \(what()) was freed with the engine lock held; its last reference must be released after unlocking"
         )
     }
+
+    /// Whether the calling thread holds the engine lock. Debug builds only: for the tests' canaries,
+    /// objects captured by user code whose deinits check that they do not run under it.
+    package var _engineLockIsHeldByCurrentThread: Bool {
+        engineLock.isHeldByCurrentThread
+    }
 #endif
 
 /// What a profiled lock measured: acquisitions, and nanoseconds spent waiting for it and holding it.

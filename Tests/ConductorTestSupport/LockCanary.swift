@@ -1,0 +1,69 @@
+import Conductor
+import Synchronization
+
+// Canaries for "no user code under the engine lock". Whatever a user hands Conductor (a block, a
+// completion block, an observer, a condition, an error, a value) may hold the last reference to an
+// object whose deinit is user code. A test captures a canary there; the canary's deinit records
+// whether it ran with the engine lock held. Debug builds only: the check reads the lock's owner,
+// which only debug builds record.
+
+/// What a test's canaries saw: how many were freed, and which were freed under the engine lock.
+package final class CanaryLedger: Sendable {
+    private let state = Locked<(made: Int, freed: Int, underLock: [String])>((0, 0, []))
+
+    package init() {}
+
+    /// A canary that reports to this ledger; capture it where the test hands Conductor user code.
+    package func canary(_ label: String) -> LockCanary {
+        state.withLock { $0.made += 1 }
+        return LockCanary(label: label, ledger: self)
+    }
+
+    fileprivate func freed(_ label: String, underLock: Bool) {
+        state.withLock { state in
+            state.freed += 1
+            if underLock { state.underLock.append(label) }
+        }
+    }
+
+    /// How many canaries were made and how many were freed so far.
+    package var counts: (made: Int, freed: Int) {
+        state.withLock { ($0.made, $0.freed) }
+    }
+
+    /// The labels of the canaries freed with the engine lock held, in the order they were freed.
+    package var freedUnderLock: [String] {
+        state.withLock { $0.underLock }
+    }
+}
+
+/// An object whose deinit tells its ledger whether the calling thread held the engine lock.
+package final class LockCanary: Sendable {
+    package let label: String
+    private let ledger: CanaryLedger
+
+    fileprivate init(label: String, ledger: CanaryLedger) {
+        self.label = label
+        self.ledger = ledger
+    }
+
+    /// Does nothing: a closure that calls it captures the canary.
+    package func touch() {}
+
+    deinit {
+        #if DEBUG
+            ledger.freed(label, underLock: _engineLockIsHeldByCurrentThread)
+        #else
+            ledger.freed(label, underLock: false)
+        #endif
+    }
+}
+
+/// An error that carries a canary, for jobs that fail or are cancelled with it.
+package struct CanaryError: Error, Sendable {
+    package let canary: LockCanary
+
+    package init(_ canary: LockCanary) {
+        self.canary = canary
+    }
+}
