@@ -307,6 +307,42 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
+    @Test(.timeLimit(.minutes(1)))
+    func aWaitForTheChildOfAnUnstartedGroupThatWaitsForTheWaiterIsReportedAsAWaitCycle() async throws {
+        // The waiter's work waits for the child; the child, ready on the group's queue of children,
+        // waits for the group to start (that queue is suspended until then); the group waits for
+        // the waiter, its dependency. No dependency edge closes the cycle, so `addDependency`
+        // cannot refuse it.
+        let queue = JobQueue(name: "wd-unstarted-group-queue")
+        let child = BlockJob {}
+        child.name = "wd-waited-child"
+        let group = GroupJob(name: "wd-unstarted-group", jobs: [child])
+        let waiter = BlockJob { child.waitUntilFinished() }  // on a Dispatch worker thread
+        waiter.name = "wd-child-waiter"
+        try group.addDependency(waiter)
+        let watch = Watch { $0 === group || $0 === child || $0 === waiter }
+        watch.start()
+        queue.addJobs([waiter, group], waitUntilFinished: false)
+
+        var report = await watch.nextReport()
+        while report.kind != .waitCycle {  // the waiter may first be reported executing too long
+            report = await watch.nextReport()
+        }
+        #expect(report.jobs.map(\.id) == [waiter.id, child.id, group.id].sorted())
+        expectText(
+            report.description,
+            contains: [
+                "- its work is blocked in waitUntilFinished() on 'wd-waited-child'",
+                "'wd-waited-child' is ready on queue 'wd-unstarted-group.children'",
+            ])
+        await watch.waitForWakeUps(3)
+        #expect(watch.count(.waitCycle) == 1)
+        watch.stop()
+        child.cancel()  // the wait returns; the waiter finishes, and the group after it
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(group.outcome?.isSucceeded == true)
+    }
+
     @Test func aThresholdThatIsNotPositiveTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = StallWatchdog(threshold: .zero) { _ in }
