@@ -312,11 +312,13 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
         // Nothing is freed under the lock: the target is held by the waiting call's own `self`,
         // and the waiter by the caller's `waiter`.
         engineLock.withLock {
-            guard let extras = waiter._extras else { return }
-            if let index = extras.blockedOn.firstIndex(where: { $0.object === target }) {
+            // An asynchronous job may finish while its work waits, and a finished job lets its
+            // side object go, its blocked waits with it: it then has none left to record.
+            let extras = waiter._extras
+            if let extras, let index = extras.blockedOn.firstIndex(where: { $0.object === target }) {
                 extras.blockedOn.remove(at: index)
             }
-            if extras.blockedOn.isEmpty {
+            if extras?.blockedOn.isEmpty ?? true {
                 _blockedWaits.waiters[ObjectIdentifier(waiter)] = nil
             }
         }
