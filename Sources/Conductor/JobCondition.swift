@@ -70,8 +70,10 @@ extension Job {
     ///
     /// - Complexity: O(1), plus adding the generated dependency.
     public func addCondition(_ condition: any JobCondition) {
-        // User code, before the lock.
+        // User code, before the lock: the generated dependency, and the condition's name for the
+        // message should that dependency close a cycle.
         let generated = condition.dependency(for: self)
+        let conditionName = generated == nil ? "" : condition.name
         var actions = _Actions()
         engineLock.lock()
         // Cancelled before it started: nothing left to gate.
@@ -91,10 +93,16 @@ extension Job {
             do {
                 try _addGeneratedDependencyLocked(generated, extras, &actions)
             } catch {
-                // Cancelled in this critical section, so that it cannot start meanwhile.
+                // Cancelled in this critical section, so that it cannot start meanwhile. The error is
+                // described as a job keeps it (`_keptLocked()`, its names read now): described as
+                // thrown, it would read each job's name through the engine lock, held here. It holds
+                // the jobs of the cycle, the generated dependency among them, which it may be the
+                // last to hold: it is released after unlocking.
                 let reason = CancellationReason(
                     code: .conditionFailed,
-                    detail: "'\(condition.name)' generated a dependency that would close a cycle: \(error)")
+                    detail: "'\(conditionName)' generated a dependency that would close a cycle: \(error._keptLocked())"
+                )
+                actions.releaseAfterUnlocking(error)
                 cancelled = _cancelLocked(reason, &actions)
             }
         }
