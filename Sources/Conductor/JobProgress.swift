@@ -143,7 +143,14 @@ public final class JobProgress: Sendable {
     }
 
     /// Counts `child`'s units in this one (a group's or a queue's) from now on.
+    ///
+    /// A finished job given to a group still points to the progress it finished in (its queue's, or
+    /// its first group's), which may be held only there once its queue is gone: with its
+    /// observers, user code. That reference is released after unlocking.
     func _adoptLocked(_ child: JobProgress, _ actions: inout _Actions) {
+        if let previous = child._parentLocked {
+            actions.releaseAfterUnlocking(previous)
+        }
         child._parentLocked = self
         let (total, completed) = child._countedUnits
         _addLocked(total: total, completed: completed, &actions)
