@@ -9,7 +9,15 @@ import Synchronization
 
 /// What a test's canaries saw: how many were freed, and which were freed under the engine lock.
 package final class CanaryLedger: Sendable {
-    private let state = Locked<(made: Int, freed: Int, underLock: [String])>((0, 0, []))
+    private struct State {
+        var made = 0
+        var freed = 0
+        var underLock: [String] = []
+        /// Tasks in `waitUntilAllFreed()`, resumed when `freed` reaches `made`.
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = Locked(State())
 
     package init() {}
 
@@ -20,9 +28,27 @@ package final class CanaryLedger: Sendable {
     }
 
     fileprivate func freed(_ label: String, underLock: Bool) {
-        state.withLock { state in
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.freed += 1
             if underLock { state.underLock.append(label) }
+            guard state.freed == state.made else { return [] }
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Suspends until every canary made so far has been freed. For what no queue the test can drain
+    /// releases (a condition's evaluation task, a group's children, Foundation's threads): a leak
+    /// hangs here, so give the test a time limit. Blocks no thread.
+    package func waitUntilAllFreed() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { state in
+                if state.freed == state.made { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
         }
     }
 
