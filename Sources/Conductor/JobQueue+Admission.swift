@@ -47,6 +47,9 @@ extension JobQueue {
             if exchanged { break }
             head = current
         }
+        #if CONDUCTOR_INVARIANTS
+            _pushedWithoutLockCount.add(1, ordering: .relaxed)
+        #endif
         return _admitsWithoutLock.load(ordering: .sequentiallyConsistent)
     }
 

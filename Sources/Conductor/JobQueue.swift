@@ -113,6 +113,12 @@ public final class JobQueue: @unchecked Sendable {
     let _pushed = Atomic<UInt>(0)
     /// Whether a push may skip the lock. Written under the lock, read by pushers.
     let _admitsWithoutLock = Atomic<Bool>(false)
+    #if CONDUCTOR_INVARIANTS
+        /// How many jobs were pushed without the lock, ever. Debug builds only: for the tests, which
+        /// check that the lock-free path was taken whoever admitted the jobs since (any thread's
+        /// `explain()` or the watchdog admits on every queue).
+        package let _pushedWithoutLockCount = Atomic<Int>(0)
+    #endif
     /// The value last stored in `_admitsWithoutLock`, read under the lock without an atomic load.
     @exclusivity(unchecked) var _admitsWithoutLockCached = false
 

@@ -10,7 +10,26 @@ import Testing
 //
 // A queue pushes while it is suspended, has no free slot, or has a worker about to run, and has
 // unsettled jobs; so each test first makes the queue busy with a job added the ordinary way.
-// `_hasPushedJobs` (package) shows that a job really was pushed; every other check uses public API.
+// `_hasPushedJobs` (package) shows that pushed jobs wait to be admitted, and `pushedWithoutLock`
+// that a job really was pushed, whoever admitted it since: any thread's `explain()` or a stall
+// watchdog, in a suite running beside these, admits the pushed jobs of every queue. Every other check
+// uses public API.
+
+/// How many closures `queue` took without the lock so far: debug builds count them. `nil` in release
+/// builds, whose runs skip the checks that use it.
+private func pushedWithoutLock(_ queue: JobQueue) -> Int? {
+    #if DEBUG
+        queue._pushedWithoutLockCount.load(ordering: .relaxed)
+    #else
+        nil
+    #endif
+}
+
+/// Expects that `queue` has taken `expected` closures without the lock so far (debug builds).
+private func expectPushed(_ queue: JobQueue, _ expected: Int, sourceLocation: SourceLocation = #_sourceLocation) {
+    guard let pushed = pushedWithoutLock(queue) else { return }
+    #expect(pushed == expected, sourceLocation: sourceLocation)
+}
 
 @Suite struct LockFreeAdmissionTests {
     @Test(
@@ -25,14 +44,14 @@ import Testing
         for _ in 0..<99 {
             queue.addJob { ran.increment() }
         }
-        #expect(queue._hasPushedJobs)
+        expectPushed(queue, 99)
         #expect(queue.jobCount == 100)
         #expect(!queue._hasPushedJobs)
 
         for _ in 0..<50 {
             queue.addJob { ran.increment() }
         }
-        #expect(queue._hasPushedJobs)
+        expectPushed(queue, 149)
         #expect(queue.jobs.count == 150)
         for _ in 0..<50 {
             queue.addJob { ran.increment() }
@@ -45,6 +64,7 @@ import Testing
         }
         // With a progress object, every job is counted as it is added: nothing is pushed.
         #expect(!queue._hasPushedJobs)
+        expectPushed(queue, 199)
         #expect(queue.progress.totalUnitCount == 250)
 
         queue.cancelAllJobs()
@@ -70,7 +90,7 @@ import Testing
         for _ in 0..<100 {
             queue.addJob { ran.increment() }  // Held behind the barrier once admitted.
         }
-        #expect(queue._hasPushedJobs)
+        expectPushed(queue, 199)
         // Admits the pushed closures (not put in line) and cancels them in the same section.
         queue.cancelAllJobs()
         #expect(!queue._hasPushedJobs)
@@ -95,14 +115,14 @@ import Testing
         let order = Log<String>()
         queue.addJob { order.append("a") }
         queue.addJob { order.append("b") }
-        #expect(queue._hasPushedJobs)
+        expectPushed(queue, 1)
         queue.addJob(BlockJob { order.append("c") })
         queue.addJob { order.append("d") }
         queue.addBarrierBlock { order.append("e") }
         queue.addJob { order.append("f") }
         queue.addJobs([BlockJob { order.append("g") }], waitUntilFinished: false)
         queue.addJob { order.append("h") }
-        #expect(queue._hasPushedJobs)
+        expectPushed(queue, 4)
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
         #expect(order.values == ["a", "b", "c", "d", "e", "f", "g", "h"])
@@ -120,7 +140,7 @@ import Testing
         await drainSerialQueue(worker)
         let done = DispatchSemaphore(value: 0)
         queue.addJob { done.signal() }
-        #expect(queue._hasPushedJobs)
+        expectPushed(queue, 1)
         held.finish()
         // Nothing here admits the pushed job: the section where `held` finished must have.
         await waitForSignals(done)
@@ -144,7 +164,7 @@ import Testing
         try waiting.addDependency(dependency)
         queue.addJob(waiting)
         queue.addJob { order.append("pushed") }
-        #expect(queue._hasPushedJobs)
+        expectPushed(queue, 1)
         dependency.cancel()  // Finishes it: `waiting` becomes ready, after the pushed job was added.
         held.finish()
         await queue.waitUntilAllJobsAreFinished()
