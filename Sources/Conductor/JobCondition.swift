@@ -96,8 +96,8 @@ extension Job {
                 // Cancelled in this critical section, so that it cannot start meanwhile. The error is
                 // described as a job keeps it (`_keptLocked()`, its names read now): described as
                 // thrown, it would read each job's name through the engine lock, held here. It holds
-                // the jobs of the cycle, the generated dependency among them, which it may be the
-                // last to hold: it is released after unlocking.
+                // the jobs of the cycle; each is unfinished, so the graph holds it too, but the error
+                // is released after unlocking all the same, as everything a section drops is.
                 let reason = CancellationReason(
                     code: .conditionFailed,
                     detail: "'\(conditionName)' generated a dependency that would close a cycle: \(error._keptLocked())"

@@ -247,7 +247,9 @@ import Testing
 
     // MARK: - Tests
 
-    @Suite("Nothing a user handed Conductor is freed under the engine lock: core jobs", .timeLimit(.minutes(1)))
+    @Suite(
+        "Nothing a user handed Conductor is freed under the engine lock: core jobs", .serialized,
+        .timeLimit(.minutes(1)))
     struct UserCodeUnderLockTests {
 
         // MARK: Blocks, bodies and callbacks of jobs that run
