@@ -117,9 +117,11 @@ public final class StallWatchdog: Sendable {
         }
     }
 
-    /// Stops watching. A report already being delivered (`onStall` running) finishes; no other
-    /// report is delivered after this returns, unless the watchdog is started again. Stopping a
-    /// stopped watchdog does nothing.
+    /// Stops watching. It does not wait for a report being delivered: the watchdog's thread checks
+    /// that it is still running just before it calls `onStall`, so a report that passed that check
+    /// may still arrive after this returns (and one in `onStall` finishes). A report whose text was
+    /// still being built is not delivered, nor is any later one, unless the watchdog is started
+    /// again. Stopping a stopped watchdog does nothing.
     public func stop() {
         let ticker: _Ticker? = state.withLock { state in
             defer { state.ticker = nil }
@@ -144,9 +146,11 @@ public final class StallWatchdog: Sendable {
         }
         state.withLock { $0.episodes = episodes }
         for stall in found {
-            // Stopped meanwhile: deliver nothing more.
-            guard state.withLock({ $0.ticker != nil }) else { return }
-            onStall(StallReport(kind: stall.kind, jobs: stall.jobs, description: stall.text.rendered()))
+            // The text first: it may run user code (a condition's name, an error's description).
+            // Then, if `stop()` has returned meanwhile, nothing more is delivered.
+            let description = stall.text.rendered()
+            guard state.withLock({ $0.ticker != nil }) else { break }
+            onStall(StallReport(kind: stall.kind, jobs: stall.jobs, description: description))
         }
         tickObserver?()
     }

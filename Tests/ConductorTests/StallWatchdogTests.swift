@@ -61,6 +61,14 @@ private final class Watch: Sendable {
         }
     }
 
+    /// Waits until the watchdog has woken `target` times in all (`wakeUps.value` reaches it).
+    func waitUntilWakeUps(reach target: Int) async {
+        if wakeUps.value >= target { return }
+        for await _ in ticks where wakeUps.value >= target {
+            return
+        }
+    }
+
     func count(_ kind: StallReport.Kind) -> Int {
         reports.values.count { $0.kind == kind }
     }
@@ -343,10 +351,62 @@ private final class Watch: Sendable {
         #expect(group.outcome?.isSucceeded == true)
     }
 
+    @Test(.timeLimit(.minutes(1)))
+    func aReportStillBeingWrittenWhenStopReturnsIsNotDelivered() async throws {
+        // The group's wait cycle (as in the test above), with a condition on the child: the
+        // report's text names it, and its name blocks the watchdog's thread until the test has
+        // stopped the watchdog.
+        let queue = JobQueue(name: "wd-stop-queue", maxConcurrentJobCount: 1)
+        let sibling = BlockJob {}
+        sibling.name = "wd-stop-sibling"
+        let child = BlockJob {}
+        child.name = "wd-stop-child"
+        try child.addDependency(sibling)
+        let naming = DispatchSemaphore(value: 0)
+        let named = DispatchSemaphore(value: 0)
+        child.addCondition(BlockingNameCondition(entered: naming, release: named))
+        let group = GroupJob(name: "wd-stop-group", jobs: [child])
+        let watch = Watch { $0 === group || $0 === child || $0 === sibling }
+        watch.start()
+        queue.addJobs([group, sibling], waitUntilFinished: false)
+
+        await waitForSignals(naming)  // the watchdog's thread is writing the report
+        watch.stop()
+        let wakeUpsSoFar = watch.wakeUps.value
+        named.signal()
+        await watch.waitUntilWakeUps(reach: wakeUpsSoFar + 1)  // that wake-up has ended
+        #expect(watch.reports.values.isEmpty)
+        sibling.cancel()
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
     @Test func aThresholdThatIsNotPositiveTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = StallWatchdog(threshold: .zero) { _ in }
         }
         #expect(standardErrorText(result).contains("StallWatchdog(threshold:onStall:): the threshold must be positive"))
     }
+}
+
+/// A condition that is always met, whose name, asked for the first time, signals `entered` and
+/// waits for `release` (on whatever thread asks: here, the watchdog's).
+private final class BlockingNameCondition: JobCondition, Sendable {
+    private let entered: DispatchSemaphore
+    private let release: DispatchSemaphore
+    private let asked = Counter()
+
+    init(entered: DispatchSemaphore, release: DispatchSemaphore) {
+        self.entered = entered
+        self.release = release
+    }
+
+    var name: String {
+        if asked.increment() == 1 {
+            entered.signal()
+            release.wait()
+        }
+        return "wd-blocking-name"
+    }
+
+    func evaluate(for job: Job) async throws -> Bool { true }
 }
