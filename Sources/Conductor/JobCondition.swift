@@ -136,9 +136,13 @@ extension Job {
         let (conditions, generation) = engineLock.withLock {
             (_extras?.conditions ?? [], _extras?.conditionsGeneration ?? 0)
         }
-        let task = Task { [self] in
-            let failure = await Job._firstFailure(of: conditions, for: self)
-            _conditionsEvaluated(failure: failure, generation: generation)
+        // Where no job's work runs, even when a `TaskJob`'s body made the conditions due: its task's
+        // queue is not inherited, and `JobQueue.current` is `nil` in `evaluate(for:)`.
+        let task = JobQueue._withoutTaskQueue {
+            Task { [self] in
+                let failure = await Job._firstFailure(of: conditions, for: self)
+                _conditionsEvaluated(failure: failure, generation: generation)
+            }
         }
         engineLock.lock()
         let finished = _state == .finished

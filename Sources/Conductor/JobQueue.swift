@@ -235,6 +235,16 @@ public final class JobQueue: @unchecked Sendable {
 
     @TaskLocal static var _taskQueue: JobQueue?
 
+    /// Runs `body` with no queue bound to the current task, so that `current` is `nil` there unless
+    /// a worker's thread context says otherwise: for the callbacks a ``TaskJob``'s body causes (a job
+    /// it cancels, a progress it advances), and the tasks the engine creates there (a condition's
+    /// evaluation), which inherit task-locals and otherwise see the body's queue.
+    static func _withoutTaskQueue<Result>(_ body: () throws -> Result) rethrows -> Result {
+        // Read first: binding a task-local allocates, and most callbacks run outside any task.
+        guard _taskQueue != nil else { return try body() }
+        return try $_taskQueue.withValue(nil, operation: body)
+    }
+
     // MARK: Adding jobs
 
     /// Adds a job. It starts when it is ready, a slot is free and no higher-priority job is ready.

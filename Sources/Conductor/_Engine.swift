@@ -329,17 +329,20 @@ final class _ActionsOverflow {
         }
         if !deliveries.isEmpty || !cancelOverrides.isEmpty || !progressNotifications.isEmpty {
             // Callbacks run with no worker context, whichever thread runs them: `JobQueue.current`
-            // is `nil` there, and a wait from a callback is not mistaken for a job waiting for itself.
+            // is `nil` there (a `TaskJob`'s body that causes them binds its queue to its task, which
+            // is unbound too), and a wait from a callback is not mistaken for a job waiting for itself.
             _ThreadContext.withContext(queue: nil, job: nil) {
-                for (progress, handlers) in progressNotifications {
-                    for handler in handlers { handler(progress) }
-                }
-                for job in deliveries {
-                    job._deliverEvents()
-                }
-                // The engine already cancelled these jobs; their overrides see `isCancelled`.
-                for job in cancelOverrides {
-                    job.cancel()
+                JobQueue._withoutTaskQueue {
+                    for (progress, handlers) in progressNotifications {
+                        for handler in handlers { handler(progress) }
+                    }
+                    for job in deliveries {
+                        job._deliverEvents()
+                    }
+                    // The engine already cancelled these jobs; their overrides see `isCancelled`.
+                    for job in cancelOverrides {
+                        job.cancel()
+                    }
                 }
             }
         }
