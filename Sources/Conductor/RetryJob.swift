@@ -63,8 +63,10 @@ public enum Backoff: Sendable, Equatable {
 /// attempt in flight (with ``CancellationReason/Code/parentCancelled``) or the pending wait; its
 /// outcome is then `.cancelled` with its own reason.
 ///
-/// `makeAttempt` and `shouldRetry` run with no lock held, on the thread that started the retry job
-/// or the one that saw the previous attempt finish; never two at once for one retry job.
+/// `makeAttempt` and `shouldRetry` run with no lock held, never two at once for one retry job:
+/// `makeAttempt(1)` on the thread that started the retry job, `shouldRetry` on the thread that saw
+/// an attempt fail, and each later `makeAttempt` on a Dispatch thread once the backoff's wait is
+/// over.
 public final class RetryJob: Job, @unchecked Sendable {
     // @unchecked Sendable: the settings are immutable and Sendable; `pending` and the closures are
     // guarded by `engineLock` (and only read or changed while holding it), and so
