@@ -233,6 +233,13 @@ extension Job {
     /// `execute()` on this thread, or a ``TaskJob``'s body in the current task. Call with
     /// `engineLock` held, for a job that has not settled.
     private func _trapIfWaitingForItselfLocked() {
+        if _ThreadContext.delivering === self {
+            let name = _describeLocked
+            engineLock.unlock()
+            _trap(
+                "Job.waitUntilFinished(): '\(name)' is waited for from its own observer or completion block; its waiters are woken only after those return, so it would never return"
+            )
+        }
         guard _ThreadContext.job === self || _TaskRunner.bodyJobOfCurrentTaskLocked() === self else { return }
         let name = _describeLocked
         engineLock.unlock()
@@ -272,13 +279,17 @@ extension Job {
                 let completion = extras.completionBlock
                 extras.completionBlock = nil
                 engineLock.unlock()
-                for observer in observers { observer.handler(event) }
-                completion?()
+                _ThreadContext.whileDelivering(self) {
+                    for observer in observers { observer.handler(event) }
+                    completion?()
+                }
                 _settleAfterCallbacks(extras)
                 return
             }
             engineLock.unlock()
-            for observer in observers { observer.handler(event) }
+            _ThreadContext.whileDelivering(self) {
+                for observer in observers { observer.handler(event) }
+            }
             // Released before locking: an observer removed meanwhile may be held only here.
             observers = []
             engineLock.lock()

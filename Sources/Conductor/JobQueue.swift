@@ -491,6 +491,15 @@ public final class JobQueue: @unchecked Sendable {
     /// a ``TaskJob``'s body in the current task): the wait would include that job and never return.
     /// Call with `engineLock` held, while the queue has unsettled jobs.
     private func _trapIfWaitingForItselfLocked() {
+        if let job = _ThreadContext.delivering,
+            job._queue?.toOpaque() == Unmanaged.passUnretained(self).toOpaque() || job._extras?.settleQueue === self
+        {
+            let (name, jobName) = (_displayNameLocked, job._describeLocked)
+            engineLock.unlock()
+            _trap(
+                "JobQueue.waitUntilAllJobsAreFinished(): called from an observer or completion block of '\(jobName)' on '\(name)'; the queue waits for that job, which settles only after those return, so it would never return"
+            )
+        }
         let bodyJobQueue = _TaskRunner.bodyJobOfCurrentTaskLocked()?._queue?.toOpaque()
         guard _ThreadContext.queue === self || bodyJobQueue == Unmanaged.passUnretained(self).toOpaque() else {
             return

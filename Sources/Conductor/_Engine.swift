@@ -416,6 +416,9 @@ enum _ThreadContext {
     struct Slot {
         var queue: Unmanaged<JobQueue>?
         var job: Unmanaged<Job>?
+        /// The job whose observers or completion block this thread is running, for the waits'
+        /// misuse checks: such a wait on the job, or on its queue, would never return.
+        var delivering: Unmanaged<Job>?
     }
 
     private static let key: pthread_key_t = {
@@ -457,6 +460,21 @@ enum _ThreadContext {
     static var job: Job? {
         get { existingSlot?.pointee.job?.takeUnretainedValue() }
         set { slot().pointee.job = newValue.map { Unmanaged.passUnretained($0) } }
+    }
+
+    /// The job whose observers or completion block are running on this thread (the innermost).
+    static var delivering: Job? {
+        existingSlot?.pointee.delivering?.takeUnretainedValue()
+    }
+
+    /// Runs `body`, a job's observers or completion block, with `job` recorded as `delivering`.
+    /// `job` is held by the caller.
+    static func whileDelivering(_ job: Job, _ body: () -> Void) {
+        let slot = slot()
+        let previous = slot.pointee.delivering
+        slot.pointee.delivering = Unmanaged.passUnretained(job)
+        body()
+        slot.pointee.delivering = previous
     }
 
     /// Runs `body` with `queue` and `job` as this thread's context, then restores the previous one.

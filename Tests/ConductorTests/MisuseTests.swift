@@ -370,6 +370,40 @@ private final class BlockJobBox: @unchecked Sendable {
         #expect(standardErrorText(result).contains("self-waiting-queued-job"))
     }
 
+    @Test(.timeLimit(.minutes(1))) func waitUntilFinishedFromOwnCompletionBlockTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "misuse-callback-wait")
+            let job = BlockJob {}
+            job.name = "job-waited-for-by-its-completion-block"
+            job.completionBlock = { [unowned job] in job.waitUntilFinished() }
+            queue.addJob(job)
+            await queue.waitUntilAllJobsAreFinished()
+        }
+        expectText(
+            standardErrorText(result),
+            contains: [
+                "Job.waitUntilFinished(): 'job-waited-for-by-its-completion-block' is waited for from its own observer or completion block"
+            ])
+    }
+
+    @Test(.timeLimit(.minutes(1))) func waitingForTheQueueFromAnObserverOfOneOfItsJobsTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "queue-waited-for-by-an-observer")
+            let job = BlockJob {}
+            job.name = "observed-job"
+            job.observe { event in
+                if event == .started { queue.waitUntilAllJobsAreFinished() }
+            }
+            queue.addJob(job)
+            await queue.waitUntilAllJobsAreFinished()
+        }
+        expectText(
+            standardErrorText(result),
+            contains: [
+                "JobQueue.waitUntilAllJobsAreFinished(): called from an observer or completion block of 'observed-job' on 'queue-waited-for-by-an-observer'"
+            ])
+    }
+
     @Test func waitingForAllJobsFromAJobOnTheSameQueueTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = JobQueue(name: "queue-waiting-for-itself")
