@@ -200,7 +200,7 @@ extension Job {
             engineLock.unlock()
             return
         }
-        _trapIfWaitingForItselfLocked()
+        _trapIfWaitingForItselfLocked(blocking: true)
         let semaphore = DispatchSemaphore(value: 0)
         _extrasLocked.waiters.append(.semaphore(semaphore))
         let waiter = Job._beginBlockedWaitLocked(on: .job(self))
@@ -221,7 +221,7 @@ extension Job {
                 continuation.resume()
                 return
             }
-            _trapIfWaitingForItselfLocked()
+            _trapIfWaitingForItselfLocked(blocking: false)
             _extrasLocked.waiters.append(.continuation(continuation))
             waiter = Job._beginBlockedWaitLocked(on: .job(self))
             engineLock.unlock()
@@ -232,8 +232,8 @@ extension Job {
     /// Traps, after unlocking, when the caller is this job's own work: a synchronous job's
     /// `execute()` on this thread, or a ``TaskJob``'s body in the current task. Call with
     /// `engineLock` held, for a job that has not settled.
-    private func _trapIfWaitingForItselfLocked() {
-        if _ThreadContext.delivering === self {
+    private func _trapIfWaitingForItselfLocked(blocking: Bool) {
+        if blocking, _ThreadContext.delivering === self {
             let name = _describeLocked
             engineLock.unlock()
             _trap(

@@ -454,7 +454,7 @@ public final class JobQueue: @unchecked Sendable {
             actions.perform()
             return
         }
-        _trapIfWaitingForItselfLocked()
+        _trapIfWaitingForItselfLocked(blocking: true)
         let semaphore = DispatchSemaphore(value: 0)
         _waiters.append(.semaphore(semaphore))
         let waiter = Job._beginBlockedWaitLocked(on: .queue(self))
@@ -478,7 +478,7 @@ public final class JobQueue: @unchecked Sendable {
                 continuation.resume()
                 return
             }
-            _trapIfWaitingForItselfLocked()
+            _trapIfWaitingForItselfLocked(blocking: false)
             _waiters.append(.continuation(continuation))
             waiter = Job._beginBlockedWaitLocked(on: .queue(self))
             engineLock.unlock()
@@ -490,8 +490,8 @@ public final class JobQueue: @unchecked Sendable {
     /// Traps, after unlocking, when the caller is a job of this queue (its work on this thread, or
     /// a ``TaskJob``'s body in the current task): the wait would include that job and never return.
     /// Call with `engineLock` held, while the queue has unsettled jobs.
-    private func _trapIfWaitingForItselfLocked() {
-        if let job = _ThreadContext.delivering,
+    private func _trapIfWaitingForItselfLocked(blocking: Bool) {
+        if blocking, let job = _ThreadContext.delivering,
             job._queue?.toOpaque() == Unmanaged.passUnretained(self).toOpaque() || job._extras?.settleQueue === self
         {
             let (name, jobName) = (_displayNameLocked, job._describeLocked)

@@ -428,6 +428,35 @@ private final class BlockJobBox: @unchecked Sendable {
         }
     }
 
+    @Test(.timeLimit(.minutes(1))) func asyncWaitsStartedInsideACallbackForItsJobOrQueueDoNotTrap() async {
+        // The blocking waits from a job's own callbacks trap (above); an `async` one suspends, and
+        // returns once the job has settled, even when a task started at once inside the callback
+        // runs its first part on the delivering thread.
+        guard #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) else { return }
+        await #expect(processExitsWith: .success) {
+            let queue = JobQueue(name: "callback-async-waits")
+            let job = BlockJob {}
+            let jobWaited = DispatchSemaphore(value: 0)
+            let queueWaited = DispatchSemaphore(value: 0)
+            job.observe { event in
+                guard event == .started else { return }
+                Task.immediate {
+                    await queue.waitUntilAllJobsAreFinished()
+                    queueWaited.signal()
+                }
+            }
+            job.completionBlock = { [unowned job] in
+                Task.immediate {
+                    await job.waitUntilFinished()
+                    jobWaited.signal()
+                }
+            }
+            queue.addJob(job)
+            await waitForSignals(jobWaited)
+            await waitForSignals(queueWaited)
+        }
+    }
+
     @Test func limitMinusOneIsAcceptedAndMeansTheDefaultWidth() async {
         #expect(JobQueue.defaultMaxConcurrentJobCount == -1)
         #expect(JobQueue.systemDefaultWidth >= 64)
