@@ -3,6 +3,12 @@ import ConductorTestSupport
 import Dispatch
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 // Serialized: several of these tests block a Dispatch thread (a job waiting in its work, a gated
 // serial queue) until a report arrives; run together with the rest of the suite under
 // ThreadSanitizer, they could use up the threads other suites' jobs need.
@@ -22,7 +28,8 @@ private final class Watch: Sendable {
     private let watchdog: StallWatchdog
 
     init(
-        threshold: Duration = .milliseconds(100), interval: Duration? = nil, isOurs: @escaping @Sendable (Job) -> Bool
+        threshold: Duration = .milliseconds(100), interval: Duration? = nil,
+        onTick: (@Sendable () -> Void)? = nil, isOurs: @escaping @Sendable (Job) -> Bool
     ) {
         let (ticks, tick) = AsyncStream<Void>.makeStream()
         let (reportStream, report) = AsyncStream<StallReport>.makeStream()
@@ -33,6 +40,7 @@ private final class Watch: Sendable {
         watchdog = StallWatchdog(
             threshold: threshold, interval: interval,
             tickObserver: {
+                onTick?()
                 wakeUps.increment()
                 tick.yield()
             }
@@ -364,10 +372,17 @@ private final class Watch: Sendable {
         try child.addDependency(sibling)
         let naming = DispatchSemaphore(value: 0)
         let named = DispatchSemaphore(value: 0)
-        child.addCondition(BlockingNameCondition(entered: naming, release: named))
+        // Every watchdog in the process sees this cycle (other suites run theirs meanwhile): the
+        // name blocks only on this one's thread, which its first wake-up, before the cycle exists,
+        // records.
+        let watchdogThread = Locked<UInt?>(nil)
+        child.addCondition(BlockingNameCondition(on: watchdogThread, entered: naming, release: named))
         let group = GroupJob(name: "wd-stop-group", jobs: [child])
-        let watch = Watch { $0 === group || $0 === child || $0 === sibling }
+        let watch = Watch(onTick: { watchdogThread.withLock { $0 = currentThreadID() } }) {
+            $0 === group || $0 === child || $0 === sibling
+        }
         watch.start()
+        await watch.waitUntilWakeUps(reach: 1)
         queue.addJobs([group, sibling], waitUntilFinished: false)
 
         await waitForSignals(naming)  // the watchdog's thread is writing the report
@@ -388,20 +403,31 @@ private final class Watch: Sendable {
     }
 }
 
-/// A condition that is always met, whose name, asked for the first time, signals `entered` and
-/// waits for `release` (on whatever thread asks: here, the watchdog's).
+/// An identifier of the calling thread.
+private func currentThreadID() -> UInt {
+    #if canImport(Glibc)
+        UInt(pthread_self())  // An integer in glibc.
+    #else
+        UInt(bitPattern: pthread_self())  // A pointer in Darwin.
+    #endif
+}
+
+/// A condition that is always met, whose name, asked for the first time on the thread `thread`
+/// names, signals `entered` and waits for `release`. Asked on another thread, it answers at once.
 private final class BlockingNameCondition: JobCondition, Sendable {
+    private let thread: Locked<UInt?>
     private let entered: DispatchSemaphore
     private let release: DispatchSemaphore
     private let asked = Counter()
 
-    init(entered: DispatchSemaphore, release: DispatchSemaphore) {
+    init(on thread: Locked<UInt?>, entered: DispatchSemaphore, release: DispatchSemaphore) {
+        self.thread = thread
         self.entered = entered
         self.release = release
     }
 
     var name: String {
-        if asked.increment() == 1 {
+        if thread.withLock({ $0 }) == currentThreadID(), asked.increment() == 1 {
             entered.signal()
             release.wait()
         }
