@@ -57,10 +57,18 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// `jobs`, added in one critical section as ``addChild(_:)`` would add each (and trapping as it
     /// would, for a job on a queue or executing, or a job twice among them).
     ///
+    /// `maxConcurrentJobCount` is 1 or more, or ``JobQueue/defaultMaxConcurrentJobCount``; anything
+    /// else traps. Unlike a queue's, a group's limit cannot be raised later, so with 0 its children
+    /// would never start and the group never finish.
+    ///
     /// - Complexity: O(`jobs`).
     public init(
         name: String? = nil, maxConcurrentJobCount: Int = JobQueue.defaultMaxConcurrentJobCount, jobs: [Job] = []
     ) {
+        _require(
+            maxConcurrentJobCount > 0 || maxConcurrentJobCount == JobQueue.defaultMaxConcurrentJobCount,
+            "GroupJob(name:maxConcurrentJobCount:jobs:): \(maxConcurrentJobCount) is not a valid limit for '\(name ?? "GroupJob")'; use 1 or more (a group's limit cannot be raised later: with 0 its children would never start), or JobQueue.defaultMaxConcurrentJobCount (-1)"
+        )
         children = JobQueue(name: "\(name ?? "GroupJob").children", maxConcurrentJobCount: maxConcurrentJobCount)
         super.init(finishesWhenExecuteReturns: false)
         // All of `jobs` in one critical section, with the group's own setup: the group is new, so

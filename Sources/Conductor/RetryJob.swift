@@ -12,7 +12,8 @@ public enum Backoff: Sendable, Equatable {
     case exponential(initial: Duration, maximum: Duration, jitter: Bool = false)
 
     /// The longest wait before attempt `attempt` (2 for the first retry): the wait itself, or with
-    /// jitter, the bound it is drawn under.
+    /// jitter, the bound it is drawn under. A negative duration counts as zero, and an attempt
+    /// below 2 (`Int.min` included) as the first retry.
     public func maximumDelay(beforeAttempt attempt: Int) -> Duration {
         switch self {
         case .none:
@@ -20,23 +21,26 @@ public enum Backoff: Sendable, Equatable {
         case .constant(let delay):
             return max(delay, .zero)
         case .exponential(let initial, let maximum, _):
-            let retries = max(attempt - 2, 0)
+            let retries = attempt > 2 ? attempt - 2 : 0  // not `attempt - 2`, which overflows for Int.min
             var delay = max(initial, .zero)
             for _ in 0..<min(retries, 40) where delay < maximum {
-                delay = delay * 2
+                // Doubling past `maximum` gives `maximum` (as `min` below would): never `delay * 2`
+                // beyond it, which overflows near Duration's own limit.
+                delay = delay <= maximum - delay ? delay * 2 : maximum
             }
             return min(delay, max(maximum, .zero))
         }
     }
 
     /// The wait before attempt `attempt` (2 for the first retry), with jitter applied if asked for.
+    /// With jitter, a bound beyond `Int64.max` nanoseconds (292 years) draws under that.
     public func delay(beforeAttempt attempt: Int) -> Duration {
         let bound = maximumDelay(beforeAttempt: attempt)
         guard case .exponential(_, _, true) = self, bound > .zero else { return bound }
+        // Compared before `components`, which traps for a duration beyond `Int64` seconds.
+        guard bound < .nanoseconds(Int64.max) else { return .nanoseconds(Int64.random(in: 0...Int64.max)) }
         let (seconds, attoseconds) = bound.components
-        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        let total = nanoseconds.overflow ? Int64.max : nanoseconds.partialValue &+ attoseconds / 1_000_000_000
-        return .nanoseconds(Int64.random(in: 0...max(total, 0)))
+        return .nanoseconds(Int64.random(in: 0...(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)))
     }
 }
 

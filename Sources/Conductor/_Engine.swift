@@ -492,10 +492,13 @@ enum _ThreadContext {
 }
 
 /// `duration` as a Dispatch interval, in nanoseconds, clamped to what Dispatch can represent.
+/// Zero or negative is now; too long for Dispatch (beyond about 292 years) is never. Compared as
+/// durations before `components`, which traps for a duration beyond `Int64` seconds either way
+/// (`.seconds(Int64.max) * 10`): a time limit or backoff that long never fires, it does not crash.
 func _dispatchInterval(_ duration: Duration) -> DispatchTimeInterval {
-    let (seconds, attoseconds) = duration.components
-    guard seconds >= 0, attoseconds >= 0 || seconds > 0 else { return .nanoseconds(0) }
+    guard duration > .zero else { return .nanoseconds(0) }
     let limit = Int64(Int.max / 1_000_000_000) - 1
-    guard seconds < limit else { return .never }
+    guard duration < .seconds(limit) else { return .never }
+    let (seconds, attoseconds) = duration.components
     return .nanoseconds(Int(seconds * 1_000_000_000 + attoseconds / 1_000_000_000))
 }

@@ -152,6 +152,21 @@ private func number(_ value: Any?) -> Double? {
         #expect(number((root?["otherData"] as? [String: Any])?["droppedEvents"]) == 190)
     }
 
+    @Test func aCapacityBelowOneKeepsOneEvent() async throws {
+        for capacity in [0, -5, Int.min] {
+            let queue = JobQueue(name: "trace-capacity-\(capacity)")
+            let tracer = JobTracer(capacity: capacity, queues: [queue])
+            #expect(tracer.capacity == 1)
+            tracer.start()
+            queue.addJobs([BlockJob {}, BlockJob {}], waitUntilFinished: true)
+            tracer.stop()
+            let json = tracer.chromeTraceJSON()
+            let root = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any]
+            #expect(number((root?["otherData"] as? [String: Any])?["droppedEvents"]) == 3, "\(capacity)")
+            #expect(json.contains("earlier events were dropped (the tracer keeps 1)"))
+        }
+    }
+
     @Test func aTracerGivenQueuesRecordsOnlyTheirJobs() async throws {
         let traced = JobQueue(name: "trace-listed")
         let other = JobQueue(name: "trace-unlisted")

@@ -257,6 +257,26 @@ private final class BlockJobBox: @unchecked Sendable {
                 "GroupJob.addChild(_:): 'finished-group' has already finished; add children before it finishes"))
     }
 
+    @Test func aGroupLimitOfZeroTraps() async {
+        // A queue's limit of 0 can be raised later; a group's cannot, so its children would never
+        // start and the group would hold its slot forever.
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = GroupJob(name: "zero-limit-group", maxConcurrentJobCount: 0, jobs: [BlockJob {}])
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "GroupJob(name:maxConcurrentJobCount:jobs:): 0 is not a valid limit for 'zero-limit-group'"))
+    }
+
+    @Test func aNegativeGroupLimitTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = GroupJob(name: "negative-limit-group", maxConcurrentJobCount: -2)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "GroupJob(name:maxConcurrentJobCount:jobs:): -2 is not a valid limit for 'negative-limit-group'"))
+    }
+
     @Test func addingAnotherGroupsChildToACancelledGroupTraps() async {
         // A cancelled group cancels the children it is given; one that belongs to another group
         // must not be taken from it (nor counted by two groups).

@@ -308,4 +308,66 @@ private func jobError(of job: Job) -> JobError? {
             #expect(delay >= .zero && delay <= jittered.maximumDelay(beforeAttempt: attempt))
         }
     }
+
+    // MARK: Out-of-range settings (Concepts, "Misuse")
+
+    @Test func backoffClampsOutOfRangeValuesInsteadOfCrashing() {
+        // A negative wait counts as zero.
+        #expect(Backoff.constant(.seconds(-10)).maximumDelay(beforeAttempt: 2) == .zero)
+        let negative = Backoff.exponential(initial: .seconds(-1), maximum: .seconds(-3), jitter: true)
+        #expect(negative.maximumDelay(beforeAttempt: 5) == .zero)
+        #expect(negative.delay(beforeAttempt: 5) == .zero)
+        // An attempt below 2 is the first retry: `Int.min` overflowed `attempt - 2` (a crash with no message).
+        let exponential = Backoff.exponential(initial: .milliseconds(100), maximum: .seconds(1))
+        #expect(exponential.maximumDelay(beforeAttempt: .min) == .milliseconds(100))
+        #expect(exponential.maximumDelay(beforeAttempt: 0) == .milliseconds(100))
+        #expect(exponential.maximumDelay(beforeAttempt: .max) == .seconds(1))
+        // Near Duration's own limit, doubling stops at the maximum instead of overflowing, and
+        // jitter draws under `Int64.max` nanoseconds instead of trapping in `Duration.components`.
+        let vast = Backoff.exponential(
+            initial: .seconds(Int64.max) * 10, maximum: .seconds(Int64.max) * 18, jitter: true)
+        #expect(vast.maximumDelay(beforeAttempt: 3) == .seconds(Int64.max) * 18)
+        let drawn = vast.delay(beforeAttempt: 3)
+        #expect(drawn >= .zero && drawn <= .nanoseconds(Int64.max))
+    }
+
+    @Test func maxAttemptsBelowOneMakesOneAttemptAndANegativeWaitNone() async {
+        #expect(RetryJob(maxAttempts: 0) { _ in BlockJob {} }.maxAttempts == 1)
+        let queue = JobQueue(name: "retry-clamped")
+        let once = Log<Int>()
+        let single = RetryJob(maxAttempts: .min) { number in attempt(number, succeeds: false, made: once) }
+        #expect(single.maxAttempts == 1)
+        // A negative wait is no wait: the three attempts follow each other at once.
+        let thrice = Log<Int>()
+        let eager = RetryJob(maxAttempts: 3, backoff: .constant(.seconds(-3600))) { number in
+            attempt(number, succeeds: false, made: thrice)
+        }
+        queue.addJobs([single, eager], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(once.values == [1])
+        #expect(failure(of: single) == Flaky(attempt: 1))
+        #expect(thrice.values == [1, 2, 3])
+        #expect(failure(of: eager) == Flaky(attempt: 3))
+    }
+
+    @Test func aWaitBeyondWhatDispatchCanRepresentNeverEndsAndCancellingEndsIt() async {
+        // `.seconds(Int64.max) * 10` is beyond `Int64` seconds: scheduling it trapped in
+        // `Duration.components`, with the standard library's message, on the thread that saw the
+        // attempt fail. It now counts as forever, as any wait too long for Dispatch does.
+        let queue = JobQueue(name: "retry-vast-wait")
+        let made = Log<Int>()
+        let firstSettled = Signal()
+        let retry = RetryJob(maxAttempts: 2, backoff: .constant(.seconds(Int64.max) * 10)) { number in
+            let job = attempt(number, succeeds: false, made: made)
+            job.completionBlock = { firstSettled.fire() }
+            return job
+        }
+        queue.addJob(retry)
+        await firstSettled.wait()  // the wait is scheduled (see aWaitBetweenAttemptsIsHonouredAndCancellingEndsIt)
+        #expect(retry.state == .executing)
+        retry.cancel()
+        await retry.waitUntilFinished()
+        #expect(made.values == [1])
+        #expect(retry.cancellationReason == CancellationReason(code: .requested))
+    }
 }

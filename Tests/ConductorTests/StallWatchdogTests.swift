@@ -395,6 +395,25 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
+    @Test(.timeLimit(.minutes(1)))
+    func aThresholdTooLongToCountInNanosecondsMeansNever() async {
+        // 300,000 years is more nanoseconds than UInt64 holds: the count wrapped, to 21 µs, and the
+        // watchdog reported every job; beyond Int64 seconds, `Duration.components` trapped in `init`.
+        // Both now saturate: such a watchdog reports nothing.
+        _ = StallWatchdog(threshold: .seconds(Int64.max) * 10) { _ in }
+        let job = HeldJob(name: "wd-vast-threshold")
+        let queue = JobQueue(name: "wd-vast")
+        queue.addJob(job)
+        await job.started.wait()
+        let watch = Watch(threshold: .seconds(9_463_179_709_813), interval: .milliseconds(1)) { $0 === job }
+        watch.start()
+        await watch.waitForWakeUps(20)
+        #expect(watch.reports.values.isEmpty)
+        watch.stop()
+        job.finish()
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
     @Test func aThresholdThatIsNotPositiveTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = StallWatchdog(threshold: .zero) { _ in }

@@ -114,6 +114,37 @@ private struct TimerReference: @unchecked Sendable {
         #expect(references.allSatisfy { $0.object == nil })
     }
 
+    @Test func aTimeoutOfZeroOrLessCancelsTheJobAsSoonAsItStarts() async {
+        let queue = JobQueue(name: "timeout-not-positive")
+        for limit in [Duration.zero, .seconds(-5), .seconds(Int64.min) * 10] {
+            let job = TaskJob { try await Task.sleep(for: .seconds(3600)) }
+            job.timeout = limit
+            queue.addJob(job)
+            await job.waitUntilFinished()
+            guard case .cancelled(let reason) = job.outcome else {
+                Issue.record("\(limit): not cancelled: \(String(describing: job.outcome))")
+                continue
+            }
+            #expect(reason.code == .timedOut)
+            #expect(reason.detail == "after \(limit)")
+        }
+    }
+
+    @Test func aTimeoutTooLongForDispatchNeverFires() async {
+        // Beyond `Int64` seconds (`.seconds(Int64.max) * 10`), arming the timer trapped in
+        // `Duration.components` on the worker that started the job, with the standard library's
+        // message and nothing naming the job. Such a limit, like any too long for Dispatch, never fires.
+        let queue = JobQueue(name: "timeout-too-long")
+        for limit in [Duration.seconds(Int64.max), .seconds(Int64.max) * 10] {
+            let job = BlockJob {}
+            job.timeout = limit
+            queue.addJob(job)
+            await job.waitUntilFinished()
+            if case .succeeded? = job.outcome {} else { Issue.record("\(limit): \(String(describing: job.outcome))") }
+            #expect(job._timeoutTimer == nil)
+        }
+    }
+
     @Test func settingATimeoutOnAnExecutingJobTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let box = Locked<Job?>(nil)

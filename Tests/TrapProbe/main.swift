@@ -34,6 +34,9 @@ let traps: [String: () -> Void] = [
     "watchdog-zero-threshold": {
         _ = StallWatchdog(threshold: .zero) { _ in }
     },
+    "group-zero-limit": {
+        _ = GroupJob(name: "probe-group", maxConcurrentJobCount: 0)
+    },
     "add-child-to-finished-group": {
         let group = GroupJob(name: "probe-group")
         group.start()
