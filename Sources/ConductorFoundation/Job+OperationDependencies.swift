@@ -17,10 +17,16 @@ extension Job {
     ///
     /// - Parameter operation: The operation to wait for.
     /// - Throws: `JobError` with code `.alreadyStarted` if this job has started or finished; with
-    ///   `.dependencyCycle` only through a `JobOperation` whose job waits for this one. The graph is
+    ///   `.dependencyCycle` through a `JobOperation` whose job waits for this one, or when this job
+    ///   is the ``OperationJob`` that runs `operation` (it would wait for itself). The graph is
     ///   unchanged when it throws.
     /// - Complexity: O(number of dependencies) for the duplicate check, plus `addDependency`'s.
     public func addDependency(_ operation: Operation) throws(JobError) {
+        if let runner = self as? OperationJob, runner.operation === operation {
+            // This job starts `operation`: waiting for it would never end. Thrown as the cycle it is,
+            // naming this job.
+            try addDependency(self)
+        }
         if let bridge = operation as? JobOperation {
             try addDependency(bridge.job)
             return

@@ -16,21 +16,39 @@ extension Operation {
     /// dependency finishes would be used after it was freed; with the proxy holding it, that
     /// cannot happen through a bridge. A job that never finishes keeps this operation alive.
     ///
+    /// Waiting for itself traps, naming the job: for a ``JobOperation``, its own job; for any
+    /// operation, the ``OperationJob`` that runs it (Foundation's `addDependency(self)` hangs).
+    ///
     /// - Parameter job: The job to wait for.
     /// - Important: As with any Foundation dependency, add it before the operation starts. For an
     ///   operation that an ``OperationJob`` wraps, add it before creating the job, so that the job
     ///   waits without holding a slot (see ``OperationJob``).
     /// - Complexity: O(number of dependencies) for the duplicate check.
     public func addDependency(_ job: Job) {
+        if let wrapper = self as? JobOperation, wrapper.job === job {
+            _trap(
+                "Operation.addDependency(_:): '\(job.displayName)' is the job this JobOperation runs; it would wait for itself and never finish"
+            )
+        }
         if let bridge = job as? OperationJob {
+            _requireNotSelf(bridge.operation, job, "is the OperationJob that runs this operation")
             addDependency(bridge.operation)
             return
         }
         if let proxy = job as? _OperationFinishedJob {
+            _requireNotSelf(proxy.operation, job, "stands for this operation")
             addDependency(proxy.operation)
             return
         }
         _addDependency(onConductorFinishOf: job)
+    }
+
+    /// Traps, naming `job`, if `operation`, which `job` stands for, is this operation.
+    private func _requireNotSelf(_ operation: Operation, _ job: Job, _ relation: StaticString) {
+        _require(
+            operation !== self,
+            "Operation.addDependency(_:): '\(job.displayName)' \(relation); an operation cannot wait for itself"
+        )
     }
 
     /// Makes this operation wait until `job` has finished on the Conductor side, whatever the job

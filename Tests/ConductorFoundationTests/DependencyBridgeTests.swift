@@ -136,6 +136,24 @@ struct DependencyBridgeTests {
         #expect(job.dependencies.isEmpty)
     }
 
+    @Test(
+        "an OperationJob refuses to wait for the operation it runs: a cycle naming it, graph unchanged",
+        .timeLimit(.minutes(1)))
+    func operationJobWaitingForItsOwnOperationIsRefused() async {
+        let operation = BlockOperation {}
+        let job = OperationJob(operation)
+        job.name = "runs-its-dependency"
+        let error = #expect(throws: JobError.self) { try job.addDependency(operation) }
+        #expect(error?.code == .dependencyCycle)
+        #expect(error?.description.contains("'runs-its-dependency' cannot depend on itself") == true)
+        #expect(job.dependencies.isEmpty)
+        // Before, the job waited forever for a proxy of the operation only it would start.
+        let queue = JobQueue(name: "runs-its-dependency-queue")
+        queue.addJob(job)
+        await job.waitUntilFinished()
+        #expect(operation.isFinished)
+    }
+
     // MARK: operation.addDependency(job)
 
     @Test("the proxy operation executes while it waits, reports finished with the job, and is deduplicated")
@@ -173,6 +191,33 @@ struct DependencyBridgeTests {
         operation.addDependency(job)
         #expect(operation.dependencies.count == 1)
         #expect(operation.dependencies.first === wrapped)
+    }
+
+    @Test(
+        "an operation waiting for the OperationJob that runs it traps, naming the job (Foundation hangs)",
+        .timeLimit(.minutes(1)))
+    func operationWaitingForItsOwnOperationJobTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let operation = BlockOperation {}
+            let job = OperationJob(operation)
+            job.name = "runs-this-operation"
+            operation.addDependency(job)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Operation.addDependency(_:): 'runs-this-operation' is the OperationJob that runs this operation"))
+    }
+
+    @Test("a JobOperation waiting for its own job traps, naming the job")
+    func jobOperationWaitingForItsOwnJobTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "wrapped-and-awaited"
+            JobOperation(job).addDependency(job)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Operation.addDependency(_:): 'wrapped-and-awaited' is the job this JobOperation runs"))
     }
 
     // MARK: Lifetime
