@@ -414,6 +414,29 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
+    @Test(.timeLimit(.minutes(1)))
+    func aChildThatDependsOnItsGroupIsReportedAsAWaitCycle() async throws {
+        // Not refused (Concepts, the misuse table): the child waits for the group to finish, and
+        // the group, executing, for its child.
+        let queue = JobQueue(name: "wd-child-on-group-queue")
+        let child = BlockJob {}
+        child.name = "wd-child-on-group"
+        let group = GroupJob(name: "wd-group-of-child", jobs: [child])
+        try child.addDependency(group)
+        let watch = Watch { $0 === group || $0 === child }
+        watch.start()
+        queue.addJob(group)
+
+        var report = await watch.nextReport()
+        while report.kind != .waitCycle {
+            report = await watch.nextReport()
+        }
+        #expect(report.jobs.map(\.id) == [child.id, group.id].sorted())
+        watch.stop()
+        group.cancel()  // cancels the child, which finishes; then the group does
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
     @Test func aThresholdThatIsNotPositiveTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = StallWatchdog(threshold: .zero) { _ in }
