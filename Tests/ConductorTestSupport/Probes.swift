@@ -169,7 +169,15 @@ package final class WorkProbe: Sendable {
     /// edge's policy), for the checks when the work starts and after the drain.
     package func dependencyAccepted(_ dependency: Job, probe: WorkProbe, policy: DependencyPolicy) {
         let accepted = AcceptedDependency(job: WeakReference(dependency), probe: probe, policy: policy)
-        dependencies.withLock { $0.append(accepted) }
+        dependencies.withLock { dependencies in
+            // The engine ignores an edge to a job that already is a dependency, whatever its
+            // policy (Job.addDependency(_:policy:)): so does the record. A late `.requireSuccess`
+            // edge repeating an `.afterFinish` one was recorded, and a dependent that rightly ran
+            // after that dependency was cancelled was reported as a violation (StressTests, once in
+            // CI on 2026-11-25).
+            guard !dependencies.contains(where: { $0.job.object === dependency }) else { return }
+            dependencies.append(accepted)
+        }
     }
 
     // MARK: While the work runs

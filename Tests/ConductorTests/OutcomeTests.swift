@@ -311,6 +311,30 @@ private func outcomeCode(_ job: Job) -> String {
         #expect(outcomeCode(middle) == "succeeded" && outcomeCode(last) == "succeeded")
     }
 
+    /// Job.addDependency(_:policy:): "Adding the same dependency again does nothing, whatever the
+    /// policy: the first one stays", before the dependency finishes and after.
+    @Test func aRepeatedEdgeKeepsTheFirstEdgesPolicy() async throws {
+        let queue = JobQueue(name: "repeated-edge")
+        let failed = FailingJob()
+        let ran = Log<String>()
+        let lenient = BlockJob { ran.append("lenient") }
+        try lenient.addDependency(failed)
+        try lenient.addDependency(failed, policy: .requireSuccess)  // ignored: .afterFinish stays
+        let strict = BlockJob { ran.append("strict") }
+        try strict.addDependency(failed, policy: .requireSuccess)
+        try strict.addDependency(failed)  // ignored: .requireSuccess stays
+        queue.addJobs([failed, lenient, strict], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(ran.values == ["lenient"])
+        #expect(strict.cancellationReason?.code == .dependencyFailed)
+
+        // After the dependency failed: the repeated `.requireSuccess` edge does not cancel.
+        let late = BlockJob {}
+        try late.addDependency(failed)
+        try late.addDependency(failed, policy: .requireSuccess)
+        #expect(late.state == .ready)
+    }
+
     @Test func anEdgeToAnAlreadyFailedOrCancelledJobCancelsAtOnce() throws {
         let failed = FailingJob()
         failed.name = "failed"
