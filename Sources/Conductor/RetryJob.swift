@@ -37,10 +37,8 @@ public enum Backoff: Sendable, Equatable {
     public func delay(beforeAttempt attempt: Int) -> Duration {
         let bound = maximumDelay(beforeAttempt: attempt)
         guard case .exponential(_, _, true) = self, bound > .zero else { return bound }
-        // Compared before `components`, which traps for a duration beyond `Int64` seconds.
-        guard bound < .nanoseconds(Int64.max) else { return .nanoseconds(Int64.random(in: 0...Int64.max)) }
-        let (seconds, attoseconds) = bound.components
-        return .nanoseconds(Int64.random(in: 0...(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)))
+        let nanoseconds = min(_saturatingNanoseconds(bound), UInt64(Int64.max))
+        return .nanoseconds(Int64.random(in: 0...Int64(nanoseconds)))
     }
 }
 

@@ -112,7 +112,7 @@ public final class StallWatchdog: Sendable {
             return ticker
         }
         guard let ticker else { return }
-        ticker.run(every: _DiagnosticClock.nanoseconds(interval)) { [weak self] in
+        ticker.run(every: _saturatingNanoseconds(interval)) { [weak self] in
             self?.tick()
         }
     }
@@ -135,7 +135,7 @@ public final class StallWatchdog: Sendable {
     private func tick() {
         let isRunning = state.withLock { $0.ticker != nil }
         guard isRunning else { return }
-        let thresholdNanoseconds = _DiagnosticClock.nanoseconds(threshold)
+        let thresholdNanoseconds = _saturatingNanoseconds(threshold)
         var episodes = state.withLock { $0.episodes }
         // Each active queue retains itself while it is on the list, so none is freed meanwhile;
         // the array is released after unlocking.

@@ -38,16 +38,6 @@ enum _DiagnosticClock {
         #endif
     }
 
-    /// `duration` in nanoseconds: 0 for a negative one, `UInt64.max` for one beyond that (584
-    /// years). Saturated, not wrapped: a watchdog threshold of 1,169 years once wrapped to 0.58 s
-    /// and reported every job; and compared before `components`, which traps beyond `Int64` seconds.
-    static func nanoseconds(_ duration: Duration) -> UInt64 {
-        guard duration > .zero else { return 0 }
-        guard duration < .seconds(18_446_744_073) else { return .max }
-        let (seconds, attoseconds) = duration.components
-        return UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
-    }
-
     /// "4 ms", "3.2 s", "5 min 12 s" or "2 h 3 min".
     static func format(_ nanoseconds: UInt64) -> String {
         let milliseconds = nanoseconds / 1_000_000

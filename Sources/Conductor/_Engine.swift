@@ -491,14 +491,22 @@ enum _ThreadContext {
     }
 }
 
-/// `duration` as a Dispatch interval, in nanoseconds, clamped to what Dispatch can represent.
-/// Zero or negative is now; too long for Dispatch (beyond about 292 years) is never. Compared as
-/// durations before `components`, which traps for a duration beyond `Int64` seconds either way
-/// (`.seconds(Int64.max) * 10`): a time limit or backoff that long never fires, it does not crash.
-func _dispatchInterval(_ duration: Duration) -> DispatchTimeInterval {
-    guard duration > .zero else { return .nanoseconds(0) }
-    let limit = Int64(Int.max / 1_000_000_000) - 1
-    guard duration < .seconds(limit) else { return .never }
+/// `duration` in whole nanoseconds, saturated: 0 for zero or less, `UInt64.max` beyond that (584
+/// years). Every conversion of a user's duration goes through it (time limits, backoff waits, the
+/// watchdog's threshold). Compared as durations before `components`, which traps for a duration
+/// beyond `Int64` seconds (`.seconds(Int64.max) * 10`); saturated, not wrapped: a watchdog
+/// threshold of 1,169 years once wrapped to 0.58 s and reported every job.
+func _saturatingNanoseconds(_ duration: Duration) -> UInt64 {
+    guard duration > .zero else { return 0 }
+    guard duration < .seconds(18_446_744_073) else { return .max }
     let (seconds, attoseconds) = duration.components
-    return .nanoseconds(Int(seconds * 1_000_000_000 + attoseconds / 1_000_000_000))
+    return UInt64(seconds) * 1_000_000_000 + UInt64(attoseconds / 1_000_000_000)
+}
+
+/// `duration` as a Dispatch interval: zero or negative is now; too long for Dispatch (about 292
+/// years) is never, so a time limit or backoff that long never fires.
+func _dispatchInterval(_ duration: Duration) -> DispatchTimeInterval {
+    let nanoseconds = _saturatingNanoseconds(duration)
+    let limit = UInt64(Int.max / 1_000_000_000 - 1) * 1_000_000_000
+    return nanoseconds < limit ? .nanoseconds(Int(nanoseconds)) : .never
 }
