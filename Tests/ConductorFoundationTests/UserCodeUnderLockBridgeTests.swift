@@ -40,29 +40,6 @@ import Testing
         return job
     }
 
-    /// A job whose work, kept by the job, holds a canary and fails with a `CanaryError`.
-    private func failingJob(_ label: String, _ ledger: CanaryLedger) -> Job {
-        let work = ledger.canary("\(label) work")
-        let error = CanaryError(ledger.canary("\(label) error"))
-        let job = ProbeJob { _ in
-            work.touch()
-            throw error
-        }
-        job.name = label
-        return job
-    }
-
-    /// Expects that `ledger` made at least `minimum` canaries, freed every one, none of them with
-    /// the engine lock held.
-    private func expectFreedOutsideTheLock(
-        _ ledger: CanaryLedger, minimum: Int, sourceLocation: SourceLocation = #_sourceLocation
-    ) {
-        let counts = ledger.counts
-        #expect(counts.made >= minimum, "the scenario made its canaries", sourceLocation: sourceLocation)
-        #expect(counts.freed == counts.made, "every canary was freed", sourceLocation: sourceLocation)
-        #expect(ledger.freedUnderLock == [], sourceLocation: sourceLocation)
-    }
-
     @Suite("Nothing a user handed Conductor is freed under the engine lock: Foundation bridge", .serialized)
     struct UserCodeUnderLockBridgeTests {
 
@@ -107,7 +84,7 @@ import Testing
             await drainSerialQueue(worker)
             await runOnDispatchThread { operations.waitUntilAllOperationsAreFinished() }
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 10 * 20 * 3)
+            ledger.expectAllFreedOutsideTheLock(minimum: 10 * 20 * 3)
         }
 
         /// Jobs run as operations on `operations`: plain, failing, asynchronous, cancelled through
@@ -122,7 +99,7 @@ import Testing
                 case 0:
                     job = canaryJob(label, ledger)
                 case 1:
-                    job = failingJob(label, ledger)
+                    job = ledger.failingJob(label)
                 case 2:
                     let body = ledger.canary("\(label) asynchronous body")
                     job = AsyncBlockJob { job in
@@ -154,7 +131,7 @@ import Testing
             await queue.waitUntilAllJobsAreFinished()
             await drainSerialQueue(worker)
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 10 * 20 * 2)
+            ledger.expectAllFreedOutsideTheLock(minimum: 10 * 20 * 2)
         }
 
         /// Jobs waiting for operations and operations waiting for jobs, some cancelled meanwhile.
@@ -166,7 +143,7 @@ import Testing
                 let label = "bridged \(round).\(index)"
                 // A job waiting for an operation.
                 let awaited = canaryOperation("\(label) awaited operation", ledger)
-                let waiting = index % 3 == 0 ? failingJob("\(label) waiting job", ledger) : canaryJob(label, ledger)
+                let waiting = index % 3 == 0 ? ledger.failingJob("\(label) waiting job") : canaryJob(label, ledger)
                 try? waiting.addDependency(awaited)
                 jobs.append(waiting)
                 // An operation waiting for a job.
@@ -196,7 +173,7 @@ import Testing
             await drainSerialQueue(worker)
             await runOnDispatchThread { operations.waitUntilAllOperationsAreFinished() }
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 10 * 20 * 8)
+            ledger.expectAllFreedOutsideTheLock(minimum: 10 * 20 * 8)
         }
     }
 

@@ -1,5 +1,6 @@
 import Conductor
 import Synchronization
+import Testing
 
 // Canaries for "no user code under the engine lock". Whatever a user hands Conductor (a block, a
 // completion block, an observer, a condition, an error, a value) may hold the last reference to an
@@ -60,6 +61,35 @@ package final class CanaryLedger: Sendable {
     /// The labels of the canaries freed with the engine lock held, in the order they were freed.
     package var freedUnderLock: [String] {
         state.withLock { $0.underLock }
+    }
+
+    /// Expects that at least `minimum` canaries were made (so that a scenario that released
+    /// nothing cannot pass), that every one was freed, and that none was freed with the engine lock
+    /// held.
+    package func expectAllFreedOutsideTheLock(minimum: Int = 1, sourceLocation: SourceLocation = #_sourceLocation) {
+        let (made, freed) = counts
+        #expect(
+            made >= minimum, "the scenario made \(made) canaries, fewer than \(minimum)", sourceLocation: sourceLocation
+        )
+        #expect(freed == made, "\(made - freed) of \(made) canaries were not freed", sourceLocation: sourceLocation)
+        let underLock = freedUnderLock
+        #expect(
+            underLock.isEmpty,
+            "\(underLock.count) canaries freed with the engine lock held: \(Set(underLock).sorted())",
+            sourceLocation: sourceLocation)
+    }
+
+    /// A job whose work holds a canary (kept by the job: a `ProbeJob`'s work) and fails with a
+    /// `CanaryError` holding another.
+    package func failingJob(_ label: String) -> Job {
+        let work = canary("\(label) work")
+        let error = CanaryError(canary("\(label) error"))
+        let job = ProbeJob { _ in
+            work.touch()
+            throw error
+        }
+        job.name = label
+        return job
     }
 }
 

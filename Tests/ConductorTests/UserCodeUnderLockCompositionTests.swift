@@ -31,17 +31,6 @@ import Testing
         await drainSerialQueue(worker)
     }
 
-    /// Expects that `ledger` made at least `minimum` canaries, that every one was freed, and that
-    /// none was freed with the engine lock held.
-    private func expectFreedOutsideTheLock(
-        _ ledger: CanaryLedger, minimum: Int, sourceLocation: SourceLocation = #_sourceLocation
-    ) {
-        let counts = ledger.counts
-        #expect(counts.made >= minimum, "the scenario made its canaries", sourceLocation: sourceLocation)
-        #expect(counts.freed == counts.made, "every canary was freed", sourceLocation: sourceLocation)
-        #expect(ledger.freedUnderLock == [], sourceLocation: sourceLocation)
-    }
-
     /// A condition that holds a canary and answers as it is told; `dependency(for:)` returns
     /// `generated`.
     private struct CanaryCondition: JobCondition {
@@ -90,18 +79,6 @@ import Testing
         job.name = label
         job.completionBlock = { [canary = ledger.canary("\(label) completion block")] in canary.touch() }
         job.observe { [canary = ledger.canary("\(label) observer")] _ in canary.touch() }
-        return job
-    }
-
-    /// A job whose work fails with a `CanaryError`, and whose work (kept by the job) holds a canary.
-    private func failingJob(_ label: String, _ ledger: CanaryLedger) -> Job {
-        let work = ledger.canary("\(label) work")
-        let error = CanaryError(ledger.canary("\(label) error"))
-        let job = ProbeJob { _ in
-            work.touch()
-            throw error
-        }
-        job.name = label
         return job
     }
 
@@ -168,7 +145,7 @@ import Testing
             }
             await settle(queue, worker)
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 600 * 5)
+            ledger.expectAllFreedOutsideTheLock(minimum: 600 * 5)
             let values = outcomes.values
             #expect(values.count == 600)
             #expect(values.count { $0 == "succeeded" } == 200)
@@ -199,7 +176,7 @@ import Testing
                 queue.addJobs(jobs, waitUntilFinished: false)
             }
             await settle(queue, worker)
-            expectFreedOutsideTheLock(ledger, minimum: 50 * 7)
+            ledger.expectAllFreedOutsideTheLock(minimum: 50 * 7)
             #expect(reasons.count == 50)
             #expect(
                 reasons.values.allSatisfy {
@@ -237,7 +214,7 @@ import Testing
             }
             await settle(queue, worker)
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 60 * 4)
+            ledger.expectAllFreedOutsideTheLock(minimum: 60 * 4)
         }
 
         /// A queue the test lets go of at once, with conditioned jobs and a progress observer.
@@ -260,7 +237,7 @@ import Testing
                 await drainSerialQueue(worker)
                 #expect(queue.object == nil, "the dropped queue was freed (its observer's canary counts it)")
             }
-            expectFreedOutsideTheLock(ledger, minimum: 5 * 40 * 6)
+            ledger.expectAllFreedOutsideTheLock(minimum: 5 * 40 * 6)
         }
 
         @Test("conditions of a job cancelled before it was added, or added after, are released outside the lock")
@@ -286,7 +263,7 @@ import Testing
                 queue.addJob(job)
             }
             await settle(queue, worker)
-            expectFreedOutsideTheLock(ledger, minimum: 100 * 4)
+            ledger.expectAllFreedOutsideTheLock(minimum: 100 * 4)
         }
 
         // MARK: Mutual exclusivity
@@ -333,7 +310,7 @@ import Testing
                 await settle(queue, worker)
                 #expect(waiting.allSatisfy { $0.object == nil }, "the jobs that waited in line were freed")
             }
-            expectFreedOutsideTheLock(ledger, minimum: 12 * 121)
+            ledger.expectAllFreedOutsideTheLock(minimum: 12 * 121)
             #expect(JobQueue._exclusivityCategoriesInUse(among: ["canary category 0", "canary category 1"]) == 0)
         }
 
@@ -373,7 +350,7 @@ import Testing
             }
             await settle(queue, worker)
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 40 * 12)
+            ledger.expectAllFreedOutsideTheLock(minimum: 40 * 12)
             #expect(refusals.values == Array(repeating: "categoryNotHeldByGroup", count: 80))
         }
 
@@ -383,7 +360,7 @@ import Testing
         /// with a failing grandchild.
         private func canaryGroup(_ index: Int, _ ledger: CanaryLedger) -> GroupJob {
             var children: [Job] = (0..<4).map { canaryJob("child \(index).\($0)", ledger) }
-            children.append(failingJob("failing child \(index)", ledger))
+            children.append(ledger.failingJob("failing child \(index)"))
             let produced = ledger.canary("producer \(index) work")
             children.append(
                 ProbeJob { job in
@@ -392,7 +369,7 @@ import Testing
                 })
             let inner = GroupJob(
                 name: "inner \(index)", maxConcurrentJobCount: 1,
-                jobs: [canaryJob("grandchild \(index)", ledger), failingJob("failing grandchild \(index)", ledger)])
+                jobs: [canaryJob("grandchild \(index)", ledger), ledger.failingJob("failing grandchild \(index)")])
             let innerCompletion = ledger.canary("inner \(index) completion block")
             inner.completionBlock = { innerCompletion.touch() }
             children.append(inner)
@@ -423,7 +400,7 @@ import Testing
             }
             await settle(queue, worker)
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 50 * 25)
+            ledger.expectAllFreedOutsideTheLock(minimum: 50 * 25)
             // Each group: its failing child and its failed nested group.
             #expect(failures.values == Array(repeating: 2, count: 50))
         }
@@ -458,7 +435,7 @@ import Testing
             }
             await settle(queue, worker)
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 30 * 20)
+            ledger.expectAllFreedOutsideTheLock(minimum: 30 * 20)
         }
 
         @Test("a group cancelled before it started cancels and releases its children outside the lock")
@@ -476,7 +453,7 @@ import Testing
             await settle(queue, worker)
             // Every child was cancelled before it ran, in the sections that finished the groups (the
             // jobs a child would have produced were never made).
-            expectFreedOutsideTheLock(ledger, minimum: 40 * 22)
+            ledger.expectAllFreedOutsideTheLock(minimum: 40 * 22)
         }
 
         /// A group started by hand on a Dispatch thread, and let go by the test while it runs.
@@ -500,7 +477,7 @@ import Testing
                 }
             }
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 100 * 20)
+            ledger.expectAllFreedOutsideTheLock(minimum: 100 * 20)
         }
 
         /// A job that finished on a queue the test then let go of, whose progress observer holds a
@@ -531,7 +508,7 @@ import Testing
             }
             await settle(queue, worker)
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 40 * 7)
+            ledger.expectAllFreedOutsideTheLock(minimum: 40 * 7)
         }
 
         // MARK: Retry
@@ -550,7 +527,7 @@ import Testing
             ) { number in
                 factory.touch()
                 if number <= failures {
-                    return failingJob("retry \(index) attempt \(number)", ledger)
+                    return ledger.failingJob("retry \(index) attempt \(number)")
                 }
                 if index % 2 == 0 {
                     return canaryJob("retry \(index) attempt \(number)", ledger)
@@ -588,7 +565,7 @@ import Testing
             }
             await settle(queue, worker)
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 60 * 3)
+            ledger.expectAllFreedOutsideTheLock(minimum: 60 * 3)
             #expect(outcomes.values.count { $0 == "succeeded" } == 48)
             #expect(outcomes.values.count { $0 == "failed" } == 12)
         }
@@ -600,7 +577,7 @@ import Testing
             let factory = ledger.canary("waiting retry \(index) factory")
             let retry = RetryJob(maxAttempts: 3, backoff: .constant(.seconds(3_600))) { number in
                 factory.touch()
-                let attempt = failingJob("waiting retry \(index) attempt \(number)", ledger)
+                let attempt = ledger.failingJob("waiting retry \(index) attempt \(number)")
                 attempt.completionBlock = { waiting.fire() }
                 return attempt
             }
@@ -621,7 +598,7 @@ import Testing
                 retry.cancel()
             }
             await settle(queue, worker)
-            expectFreedOutsideTheLock(ledger, minimum: 40 * 3)
+            ledger.expectAllFreedOutsideTheLock(minimum: 40 * 3)
         }
 
         /// A retry job whose attempt stays executing until it is cancelled.
@@ -672,7 +649,7 @@ import Testing
             elsewhere.cancelAllJobs()
             elsewhere.isSuspended = false
             await settle(elsewhere, elsewhereWorker)
-            expectFreedOutsideTheLock(ledger, minimum: 30 * 8)
+            ledger.expectAllFreedOutsideTheLock(minimum: 30 * 8)
         }
 
         // MARK: Progress
@@ -726,7 +703,7 @@ import Testing
                 queues.append(observedProgressRound(round, ledger))
             }
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 10 * (20 * 5 + 3 * 3 + 3))
+            ledger.expectAllFreedOutsideTheLock(minimum: 10 * (20 * 5 + 3 * 3 + 3))
             #expect(queues.allSatisfy { $0.object == nil })
         }
 
@@ -741,7 +718,7 @@ import Testing
                 tracer?.start()
                 let jobs: [Job] = (0..<60).map { index in
                     let label = "traced \(round).\(index)"
-                    let job = index % 4 == 0 ? failingJob(label, ledger) : canaryJob(label, ledger)
+                    let job = index % 4 == 0 ? ledger.failingJob(label) : canaryJob(label, ledger)
                     job.name = label
                     if index % 6 == 1 { job.cancel() }
                     return job
@@ -756,7 +733,7 @@ import Testing
                 _ = tracer
             }
             await settle(queue, worker)
-            expectFreedOutsideTheLock(ledger, minimum: 5 * 60 * 2)
+            ledger.expectAllFreedOutsideTheLock(minimum: 5 * 60 * 2)
         }
 
         /// A watchdog whose `onStall` and tick observer hold canaries, started on a queue whose job
@@ -799,7 +776,7 @@ import Testing
             }
             await settle(queue, worker)
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 10 * 4)
+            ledger.expectAllFreedOutsideTheLock(minimum: 10 * 4)
         }
 
         /// Jobs with conditions, failures and categories whose queue the test drops, while another
@@ -813,7 +790,7 @@ import Testing
                 let job: Job
                 switch index % 3 {
                 case 0: job = conditionedJob(round * 30 + index, ledger)
-                case 1: job = failingJob(label, ledger)
+                case 1: job = ledger.failingJob(label)
                 default:
                     job = canaryJob(label, ledger)
                     job.exclusivityCategories = ["explained category"]
@@ -855,7 +832,7 @@ import Testing
                 await drainSerialQueue(reader)
             }
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 5 * 100)
+            ledger.expectAllFreedOutsideTheLock(minimum: 5 * 100)
         }
 
         /// An asynchronous job whose work blocks in `waitUntilFinished()` on `target`; the target's
@@ -899,7 +876,7 @@ import Testing
                 await settle(queue, worker)
                 #expect(job.object == nil, "the job is freed once its work returned")
             }
-            expectFreedOutsideTheLock(ledger, minimum: 20 * 2)
+            ledger.expectAllFreedOutsideTheLock(minimum: 20 * 2)
         }
 
         // MARK: JobQueue.current
@@ -942,7 +919,7 @@ import Testing
             }
             await settle(queue, worker)
             await ledger.waitUntilAllFreed()
-            expectFreedOutsideTheLock(ledger, minimum: 30 * 8)
+            ledger.expectAllFreedOutsideTheLock(minimum: 30 * 8)
         }
     }
 

@@ -67,13 +67,7 @@ import Testing
         for _ in 0..<rounds {
             try await scenario(ledger)
         }
-        let (made, freed) = ledger.counts
-        #expect(made > 0, "the scenario captured no canary", sourceLocation: sourceLocation)
-        #expect(freed == made, "\(made - freed) of \(made) canaries were not freed", sourceLocation: sourceLocation)
-        let underLock = ledger.freedUnderLock
-        #expect(
-            Set(underLock).sorted() == [], "\(underLock.count) canaries freed with the engine lock held",
-            sourceLocation: sourceLocation)
+        ledger.expectAllFreedOutsideTheLock(sourceLocation: sourceLocation)
     }
 
     /// A block that captures a fresh canary labelled `label` and nothing of the caller's: handed to
