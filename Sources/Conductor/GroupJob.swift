@@ -28,6 +28,11 @@
 ///   finished counts as finished (and, if it failed, as a failure). A running child adds to its
 ///   group with ``Job/produce(_:)``, which counts the new child before the producer can finish, so
 ///   the group cannot finish in between.
+/// - A group and a job inside it cannot wait for each other (the group waits for its children to
+///   finish, and they for it to start): ``Job/addDependency(_:policy:)`` between them, at any depth,
+///   throws ``JobError/Code/dependencyCycle``, and ``addChild(_:)`` traps on a job that already
+///   waits for the group or a group around it, or that one of them waits for. A cycle that also
+///   runs through another job's edges is not detected.
 /// - Exclusivity categories held by a group count as held by its children, at any depth: a child
 ///   naming one of them runs without waiting for the group to let it go. Inside a group, a job may
 ///   name only categories a group around it holds; one that names another fails with
@@ -103,7 +108,9 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// Adds `job` as a child: it runs on the group's queue of children once the group executes, and
     /// the group finishes only after it has. A child added to a cancelled group is cancelled with
     /// ``CancellationReason/Code/parentCancelled``. Adding a child to a finished group traps, as
-    /// does adding, to any group, a job that is on a queue (another group's included) or executing.
+    /// does adding, to any group, a job that is on a queue (another group's included) or executing,
+    /// and one that waits for this group or a group around it, or that one of them waits for (for
+    /// a group, any job inside it): a group and the jobs inside it cannot wait for each other.
     public func addChild(_ job: Job) {
         var actions = _Actions()
         engineLock.lock()
@@ -132,6 +139,13 @@ public final class GroupJob: Job, @unchecked Sendable {
             _trap("GroupJob.addChild(_:): \(problem)")
         }
         let cancelled = _isCancelled || isRefused
+        if !cancelled && job._state != .finished, let cycle = _childCycleLocked(job) {
+            let chain = (cycle + [cycle[0]]).map { "'\($0._describeLocked)'" }.joined(separator: " waits for ")
+            engineLock.unlock()
+            _trap(
+                "GroupJob.addChild(_:): the child would close the cycle \(chain) (\(Job.groupCycleSituation)); remove that dependency first"
+            )
+        }
         _countChildInProgressLocked(job, settled: cancelled || job._state == .finished, &actions)
         // Counted and put on the queue of children in one critical section, counted first: its
         // finish counts the group down in whatever section it happens (the engine does, not an
@@ -158,6 +172,54 @@ public final class GroupJob: Job, @unchecked Sendable {
             }
         }
         return cancelled
+    }
+
+    /// The cycle that making `job` a child would close, if it would: `job`, or a job inside it if
+    /// it is a group, waits for this group or a group around it (which would wait for it to
+    /// finish), or one of those groups waits for it (and it would wait for them to start). Returns
+    /// the jobs on the cycle, each waiting for the next. A cycle through other jobs' edges is not
+    /// found, as in `Job._groupCycleLocked`.
+    ///
+    /// - Complexity: O(depth of nesting × the unfinished jobs in `job`), each edge looked up in
+    ///   O(1) amortized: O(depth) for a job that is not a group. Call with `engineLock` held, for an
+    ///   unfinished `job`.
+    private func _childCycleLocked(_ job: Job) -> [Job]? {
+        // Most children: no edges, and nothing inside.
+        if job._dependencies.isEmpty && job._dependents.isEmpty && !job._isComposite {
+            return nil
+        }
+        // This group and the groups around it, innermost first: each finishes after `job` would,
+        // and starts before it.
+        var around: [Job] = []
+        var outer: Job? = self
+        while let group = outer {
+            around.append(group)
+            outer = group._countingGroupLocked
+        }
+        // `job`, then the unfinished jobs inside it, each with the groups from `job` down to it.
+        var pending: [(job: Job, down: [Job])] = [(job, [])]
+        while let (inner, down) = pending.popLast() {
+            for (index, group) in around.enumerated() {
+                // The groups from this one up to the one inside `group`.
+                let between = around[..<index]
+                if inner._hasDependencyLocked(group) {
+                    // `inner` would wait for `group`, which waits for the groups down to this one,
+                    // this one for `job`, and `job` for those down to `inner`.
+                    return [inner, group] + Array(between.reversed()) + down
+                }
+                if group._lifecycle.isUnstarted && group._hasDependencyLocked(inner) {
+                    // `group` waits for `inner`, which would wait for the groups up to `job` to
+                    // start, `job` for this group, and this one for those up to `group`.
+                    return [group, inner] + Array(down.reversed()) + Array(between)
+                }
+            }
+            if let nested = inner as? GroupJob {
+                for child in nested.children._membersLocked() where child._isCountedChild {
+                    pending.append((child, down + [nested]))
+                }
+            }
+        }
+        return nil
     }
 
     override var _isComposite: Bool { true }

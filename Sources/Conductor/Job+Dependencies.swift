@@ -29,7 +29,9 @@ extension Job {
     ///   - policy: Whether this job runs whatever `job`'s outcome (`.afterFinish`), or only if
     ///     `job` succeeds (`.requireSuccess`).
     /// - Throws: `JobError` with code `.dependencyCycle`, naming the jobs on the cycle, if `job`
-    ///   already waits (directly or through other jobs) for this one, or is this job; and
+    ///   already waits (directly or through other jobs) for this one, or is this job, or if one of
+    ///   them is a ``GroupJob`` around the other (a group waits for the jobs inside it to finish,
+    ///   and they wait for it to start); and
     ///   `.alreadyStarted` if this job has started or finished. The graph is unchanged when it throws.
     /// - Complexity: O(1) amortized when `job` was created before this job, or otherwise already
     ///   ordered before it; otherwise O(size of the affected region) by the Pearce–Kelly algorithm.
@@ -69,6 +71,10 @@ extension Job {
             return
         }
         if job._state != .finished {
+            // A group's children are not edges of the graph: one flag each, read only for children.
+            if _isCountedChild || job._isCountedChild, let cycle = _groupCycleLocked(waitingFor: job) {
+                throw JobError(code: .dependencyCycle, jobs: cycle, situation: Job.groupCycleSituation)
+            }
             if let cycle = _DependencyGraph.orderLocked(job, before: self) {
                 throw JobError(code: .dependencyCycle, jobs: cycle)
             }
@@ -106,6 +112,45 @@ extension Job {
         }
     }
 
+    /// Why a cycle through a group is one: the graph's edges do not show it.
+    static let groupCycleSituation = "a group waits for its children to finish, and they wait for it to start"
+
+    /// The cycle that this job waiting for `job` would close through a group, if it would: `job`
+    /// is a group around this job (which waits for this job to finish, and this job would wait
+    /// for it), or this job is a group around `job` (which waits for this job to start, and this
+    /// job would wait for it to finish). Groups around a job are the groups that count it, then
+    /// the groups that count those, and so on. Returns the jobs on the cycle, starting with this
+    /// job, each waiting for the next: this job, `job`, then the groups between them. A cycle
+    /// through other jobs' edges is not found.
+    ///
+    /// - Complexity: O(depth of nesting). Call with `engineLock` held, for an unfinished `job`.
+    func _groupCycleLocked(waitingFor job: Job) -> [Job]? {
+        // `job` finishes after this job: the groups from `job` down to this one, each waiting for
+        // the next to finish, the last for this job.
+        if let path = _groupsAround(self, upTo: job) {
+            return [self, job] + path.reversed()
+        }
+        // This job starts before `job`: `job` waits for its group to start, that group for its own,
+        // and so on up to this job.
+        if let path = _groupsAround(job, upTo: self) {
+            return [self, job] + path
+        }
+        return nil
+    }
+
+    /// The groups around `inner` below `outer`, innermost first, if `outer` is a group around
+    /// `inner`; `nil` otherwise. Call with `engineLock` held.
+    func _groupsAround(_ inner: Job, upTo outer: Job) -> [Job]? {
+        var between: [Job] = []
+        var group = inner._countingGroupLocked
+        while let current = group {
+            if current === outer { return between }
+            between.append(current)
+            group = current._countingGroupLocked
+        }
+        return nil
+    }
+
     /// Whether `job` is already a dependency. O(1) amortized: a short list is scanned, a long one
     /// gets a set of identities. Call with `engineLock` held.
     ///
@@ -114,7 +159,7 @@ extension Job {
     /// `job._dependents`. So when this job's list is long, `job`'s is scanned if it is short, and the
     /// set is built only when both are long (or `job` has finished). A fan-in's last job (10⁴
     /// dependencies, each with at most one dependent) needs no set.
-    private func _hasDependencyLocked(_ job: Job) -> Bool {
+    func _hasDependencyLocked(_ job: Job) -> Bool {
         if let set = _extras?.dependencySet {
             return set.contains(ObjectIdentifier(job))
         }

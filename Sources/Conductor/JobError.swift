@@ -70,6 +70,7 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
 
     /// For `.alreadyStarted` and `.invalidAttempt`: what had happened to the job ("has already started", "has
     /// already finished", "was cancelled before it started"), captured when the error was thrown.
+    /// For `.dependencyCycle`: why a cycle through a group is one, which its edges do not show.
     private let situation: String?
 
     /// An error as thrown: it holds `jobs`.
@@ -103,7 +104,8 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
                 return "JobError.dependencyCycle: \(names[0]) cannot depend on itself"
             }
             let chain = (names + [names[0]]).joined(separator: " waits for ")
-            return "JobError.dependencyCycle: refused; the dependency would close the cycle \(chain)"
+            let why = situation.map { " (\($0))" } ?? ""
+            return "JobError.dependencyCycle: refused; the dependency would close the cycle \(chain)\(why)"
         case .alreadyStarted:
             return
                 "JobError.alreadyStarted: \(names[0]) \(situation ?? "has already started"), so it cannot gain the dependency \(names.dropFirst().joined(separator: ", "))"

@@ -415,25 +415,29 @@ private final class Watch: Sendable {
     }
 
     @Test(.timeLimit(.minutes(1)))
-    func aChildThatDependsOnItsGroupIsReportedAsAWaitCycle() async throws {
-        // Not refused (Concepts, the misuse table): the child waits for the group to finish, and
-        // the group, executing, for its child.
+    func aChildThatWaitsForItsGroupThroughAnotherJobIsReportedAsAWaitCycle() async throws {
+        // Not refused (Concepts, the misuse table: `addDependency` refuses a child waiting for its
+        // group directly, not through another job's edges): the child waits for the middle job,
+        // which waits for the group to finish, and the group, executing, for its child.
         let queue = JobQueue(name: "wd-child-on-group-queue")
         let child = BlockJob {}
         child.name = "wd-child-on-group"
         let group = GroupJob(name: "wd-group-of-child", jobs: [child])
-        try child.addDependency(group)
-        let watch = Watch { $0 === group || $0 === child }
+        let middle = BlockJob {}
+        middle.name = "wd-between-child-and-group"
+        try middle.addDependency(group)
+        try child.addDependency(middle)
+        let watch = Watch { $0 === group || $0 === child || $0 === middle }
         watch.start()
-        queue.addJob(group)
+        queue.addJobs([group, middle], waitUntilFinished: false)
 
         var report = await watch.nextReport()
         while report.kind != .waitCycle {
             report = await watch.nextReport()
         }
-        #expect(report.jobs.map(\.id) == [child.id, group.id].sorted())
+        #expect(report.jobs.map(\.id) == [child.id, group.id, middle.id].sorted())
         watch.stop()
-        group.cancel()  // cancels the child, which finishes; then the group does
+        group.cancel()  // cancels the child, which finishes; then the group, then the middle job
         await queue.waitUntilAllJobsAreFinished()
     }
 
