@@ -1,3 +1,4 @@
+internal import ConductorShims
 import Dispatch
 import Synchronization
 
@@ -133,6 +134,10 @@ public final class JobQueue: @unchecked Sendable {
     /// reads it without retaining it (the group has a side table for its weak references, which
     /// makes each retain and release of it a slow one).
     @exclusivity(unchecked) var _countingGroupRetain: Unmanaged<GroupJob>?
+    /// Whether this is ``JobQueue/main``, whose jobs start only on the main thread: a blocking wait
+    /// for them there would never return (`_trapIfBlockingTheMainQueueLocked`). Set before the
+    /// queue is published, never changed.
+    @exclusivity(unchecked) var _isMain = false
 
     /// `_countingGroupRetain`'s group, retained. Call with `engineLock` held.
     var _countingGroup: GroupJob? {
@@ -290,6 +295,13 @@ public final class JobQueue: @unchecked Sendable {
         // while its completion block still runs. Waited for one by one after the batch.
         var elsewhere: [Job] = []
         _update { queue, actions in
+            if batch != nil && queue._isMain && jobs.contains(where: { $0._state != .finished }) {
+                // Before any job is added: they would not start before the wait (an executing job
+                // cannot be added).
+                queue._trapIfBlockingTheMainQueueLocked(
+                    "JobQueue.addJobs(_:waitUntilFinished:): called with waitUntilFinished: true on the main queue for JobQueue.main"
+                )
+            }
             for job in jobs {
                 if let problem = queue._enqueueLocked(job, &actions) {
                     engineLock.unlock()
@@ -455,6 +467,11 @@ public final class JobQueue: @unchecked Sendable {
             return
         }
         _trapIfWaitingForItselfLocked(blocking: true)
+        if _isMain && _jobCount > _executing {
+            _trapIfBlockingTheMainQueueLocked(
+                "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while JobQueue.main has jobs that have not started"
+            )
+        }
         let semaphore = DispatchSemaphore(value: 0)
         _waiters.append(.semaphore(semaphore))
         let waiter = Job._beginBlockedWaitLocked(on: .queue(self))
@@ -508,6 +525,21 @@ public final class JobQueue: @unchecked Sendable {
         engineLock.unlock()
         _trap(
             "JobQueue.waitUntilAllJobsAreFinished(): called from a job running on '\(name)'; it would wait for itself and never return"
+        )
+    }
+
+    /// Traps, after unlocking, when called on the main queue, or on the main thread (which runs it,
+    /// or will once the program calls `dispatchMain()`): `problem` says which wait, for jobs of
+    /// ``JobQueue/main`` that have not started. They start only on the main queue, which the wait
+    /// would block. Call with `engineLock` held, off the hot path.
+    func _trapIfBlockingTheMainQueueLocked(_ problem: @autoclosure () -> String) {
+        guard DispatchQueue.getSpecific(key: JobQueue._onMainQueue) == true || conductor_is_main_thread() != 0 else {
+            return
+        }
+        let message = problem()
+        engineLock.unlock()
+        _trap(
+            "\(message); JobQueue.main's jobs start only on the main queue, which this wait blocks, so it would never return. Wait from another thread, or with an async wait (await)"
         )
     }
 

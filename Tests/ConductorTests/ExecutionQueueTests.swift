@@ -3,6 +3,12 @@ import ConductorTestSupport
 import Dispatch
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 // Job.executionQueue and JobQueue.main (Docs/Composition.md, "Main-queue work"). The test process
 // drains the main queue (Swift Testing runs an `async` main), so jobs on `.main` run without any
 // test thread blocking.
@@ -115,4 +121,101 @@ private func onMainQueue() -> Bool {
         await job.waitUntilFinished()
         #expect(onMain.values == [true])
     }
+
+    // MARK: Blocking waits on the main queue (the misuse table, Docs/Concepts.md)
+    //
+    // Each runs in its own process. The wait runs on the main queue as the work of a job whose
+    // `executionQueue` is `.main`, for a job of JobQueue.main, which is suspended so that the job
+    // cannot start. Without the trap the wait would block: the test's thread sees it blocked (in
+    // the waiting job's `explain()`, or the job added) and ends the process with success, which
+    // fails the test.
+
+    @Test func waitingForTheMainJobQueueOnTheMainQueueTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            JobQueue.main.isSuspended = true
+            JobQueue.main.addJob {}
+            let waiter = BlockJob { JobQueue.main.waitUntilAllJobsAreFinished() }
+            waiter.executionQueue = .main
+            exitOnceBlocked(waiter, in: "waitUntilAllJobsAreFinished() on queue 'main'")
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while JobQueue.main has jobs that have not started; JobQueue.main's jobs start only on the main queue, which this wait blocks, so it would never return"
+            ))
+    }
+
+    @Test func waitingForAJobOfTheMainJobQueueOnTheMainQueueTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            JobQueue.main.isSuspended = true
+            let job = BlockJob {}
+            job.name = "main-job"
+            JobQueue.main.addJob(job)
+            let waiter = BlockJob { job.waitUntilFinished() }
+            waiter.executionQueue = .main
+            exitOnceBlocked(waiter, in: "waitUntilFinished() on 'main-job'")
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.waitUntilFinished(): called on the main queue for 'main-job', a job of JobQueue.main that has not started"
+            ))
+    }
+
+    @Test func addingJobsToTheMainJobQueueAndWaitingOnTheMainQueueTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            JobQueue.main.isSuspended = true
+            let waiter = BlockJob { JobQueue.main.addJobs([BlockJob {}], waitUntilFinished: true) }
+            waiter.executionQueue = .main
+            JobQueue(name: "waiter-queue").addJob(waiter)
+            // The trap comes before the job is added.
+            while JobQueue.main.jobCount == 0 { sched_yield() }
+            exit(0)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "JobQueue.addJobs(_:waitUntilFinished:): called with waitUntilFinished: true on the main queue for JobQueue.main"
+            ))
+    }
+
+    @Test func waitingOnTheMainQueueForAMainJobThatHasStartedDoesNotTrap() async {
+        // An asynchronous job of JobQueue.main that has started needs the main queue no more:
+        // another thread finishes it, and the wait returns.
+        await #expect(processExitsWith: .success) {
+            let job = AsyncBlockJob { _ in }
+            job.name = "started-main-job"
+            let waiter = BlockJob { job.waitUntilFinished() }
+            waitOnMainWhileExecuting(job, waiter, blockedIn: "waitUntilFinished() on 'started-main-job'")
+        }
+    }
+
+    @Test func waitingOnTheMainQueueForTheMainJobQueueWhoseJobsHaveStartedDoesNotTrap() async {
+        await #expect(processExitsWith: .success) {
+            let job = AsyncBlockJob { _ in }
+            let waiter = BlockJob { JobQueue.main.waitUntilAllJobsAreFinished() }
+            waitOnMainWhileExecuting(job, waiter, blockedIn: "waitUntilAllJobsAreFinished() on queue 'main'")
+        }
+    }
+}
+
+/// Adds `job`, asynchronous, to JobQueue.main; once it executes, runs `waiter`'s work on the main
+/// queue; once that work is blocked in `wait`, finishes `job`; then waits for `waiter` and ends the
+/// process with success. A trap in the wait ends it with failure first.
+private func waitOnMainWhileExecuting(_ job: AsyncBlockJob, _ waiter: Job, blockedIn wait: String) -> Never {
+    waiter.executionQueue = .main
+    job.observe { event in
+        // After `job`'s work, on the main queue: the waiter's work runs there after it.
+        if event == .started { JobQueue(name: "waiter-queue").addJob(waiter) }
+    }
+    JobQueue.main.addJob(job)
+    while !waiter.explain().contains("its work is blocked in \(wait)") { sched_yield() }
+    job.finish()
+    waiter.waitUntilFinished()
+    exit(0)
+}
+
+/// Runs `waiter` on a queue of its own and, once its `explain()` says its work is blocked in `wait`
+/// (so no trap ended the process first), ends the process with success.
+private func exitOnceBlocked(_ waiter: Job, in wait: String) -> Never {
+    JobQueue(name: "waiter-queue").addJob(waiter)
+    while !waiter.explain().contains("its work is blocked in \(wait)") { sched_yield() }
+    exit(0)
 }

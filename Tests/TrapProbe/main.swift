@@ -34,6 +34,10 @@ let traps: [String: () -> Void] = [
     "watchdog-zero-threshold": {
         _ = StallWatchdog(threshold: .zero) { _ in }
     },
+    "main-queue-wait-on-main-thread": {
+        JobQueue.main.addJob {}
+        JobQueue.main.waitUntilAllJobsAreFinished()
+    },
     "group-zero-limit": {
         _ = GroupJob(name: "probe-group", maxConcurrentJobCount: 0)
     },

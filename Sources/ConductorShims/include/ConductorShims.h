@@ -10,4 +10,9 @@ static inline __attribute__((always_inline)) void conductor_prefetch(const void 
     __builtin_prefetch(address, 0, 3);
 }
 
+/// Whether the calling thread is the process's main thread (the one that runs the main queue):
+/// on Linux, whether its thread id is the process id; on Darwin, `pthread_main_np()`. Defined in
+/// ConductorShims.c, since Swift's Glibc module does not export `gettid`.
+int conductor_is_main_thread(void);
+
 #endif
