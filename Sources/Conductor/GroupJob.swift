@@ -278,7 +278,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         } else if _state != .finished {
             let own = job._progressToCountLocked(&actions)
             if settled {
-                finishedUnits += own.map { max($0.storage.read { $0.total }, 1) } ?? 1
+                finishedUnits = finishedUnits._saturatingAdding(own.map { max($0.storage.read { $0.total }, 1) } ?? 1)
             }
         }
     }
@@ -295,7 +295,7 @@ public final class GroupJob: Job, @unchecked Sendable {
                 progress._addLocked(total: 0, completed: 1, &actions)
             }
         } else {
-            finishedUnits += own?.storage.read { $0.total } ?? 1
+            finishedUnits = finishedUnits._saturatingAdding(own?.storage.read { $0.total } ?? 1)
         }
     }
 
@@ -315,10 +315,10 @@ public final class GroupJob: Job, @unchecked Sendable {
             if let own = child._progressToCountLocked(&actions) {
                 adopted.append(own)
                 let (ownTotal, ownCompleted) = own._countedUnits
-                total += ownTotal
-                completed += ownCompleted
+                total = total._saturatingAdding(ownTotal)
+                completed = completed._saturatingAdding(ownCompleted)
             } else {
-                total += 1
+                total = total._saturatingAdding(1)
             }
         }
         let progress = JobProgress(kind: .group, total: total, completed: completed)

@@ -120,8 +120,8 @@ public final class JobProgress: Sendable {
                 let parentChange = parent.storage.update(
                     finishing: false,
                     { values in
-                        values.total += deltaTotal
-                        values.completed += deltaCompleted
+                        values.total = values.total._saturatingAdding(deltaTotal)
+                        values.completed = values.completed._saturatingAdding(deltaCompleted)
                     })
             else { break }
             if let handlers = parentChange.handlers { actions.notifyProgress(parent, handlers) }
@@ -160,7 +160,8 @@ public final class JobProgress: Sendable {
     /// those above it.
     func _addLocked(total: Int64, completed: Int64, _ actions: inout _Actions) {
         let (current, done) = storage.read { ($0.total, $0.completed) }
-        _changeLocked(total: current + total, completed: done + completed, &actions)
+        _changeLocked(
+            total: current._saturatingAdding(total), completed: done._saturatingAdding(completed), &actions)
     }
 
     /// A queue's progress starts a new count: the queue was idle and gains a job.
@@ -354,8 +355,8 @@ extension JobQueue {
             guard let own = job._progressToCountLocked(&actions), own._parentLocked == nil else { continue }
             adopted.append(own)
             let (ownTotal, ownCompleted) = own._countedUnits
-            total += ownTotal - 1
-            completed += ownCompleted
+            total = total._saturatingAdding(ownTotal - 1)
+            completed = completed._saturatingAdding(ownCompleted)
         }
         let progress = JobProgress(kind: .queue, total: total, completed: completed)
         for own in adopted { own._parentLocked = progress }
@@ -393,5 +394,17 @@ extension JobQueue {
         if let progress = _progress, ownProgress?._parentLocked !== progress {
             progress._addLocked(total: 0, completed: 1, &actions)
         }
+    }
+}
+
+extension Int64 {
+    /// `self + other`, or the bound it passed: a group's or a queue's progress adds up its jobs'
+    /// units, which users set, and a sum past `Int64.max` would otherwise crash (without a message
+    /// in release builds). Past that, the sum is no longer exact; every fraction stays within 0...1.
+    @inline(__always)
+    func _saturatingAdding(_ other: Int64) -> Int64 {
+        let (sum, overflow) = addingReportingOverflow(other)
+        guard overflow else { return sum }
+        return other > 0 ? .max : .min
     }
 }

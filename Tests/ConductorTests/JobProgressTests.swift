@@ -421,4 +421,29 @@ private struct LoginCondition: JobCondition {
         #expect(seen.values == [2])
         #expect(progress.totalUnitCount == 3 && progress.completedUnitCount == 3)
     }
+
+    @Test func unitsThatAddUpPastInt64MaxSaturateInsteadOfCrashing() async {
+        // Two children of Int64.max units each: their group's and their queue's sums saturate at
+        // Int64.max (an arithmetic overflow crashed the process, without a message in release
+        // builds), and every fraction stays within 0...1.
+        let queue = JobQueue(name: "progress-vast", maxConcurrentJobCount: 1)
+        queue.isSuspended = true
+        let children = (0..<2).map { _ in
+            let job = BlockJob {}
+            job.progress.totalUnitCount = .max
+            return job
+        }
+        let group = GroupJob(name: "vast", jobs: children)
+        let groupProgress = group.progress
+        let vast = BlockJob {}
+        vast.progress.totalUnitCount = .max
+        let queueProgress = queue.progress
+        queue.addJobs([group, vast, BlockJob {}], waitUntilFinished: false)
+        #expect(groupProgress.totalUnitCount == .max && queueProgress.totalUnitCount == .max)
+        children[0].progress.completedUnitCount = .max
+        #expect((0...1).contains(groupProgress.fractionCompleted))
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(groupProgress.fractionCompleted == 1 && queueProgress.fractionCompleted == 1)
+    }
 }
