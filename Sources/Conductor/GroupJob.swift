@@ -94,7 +94,9 @@ public final class GroupJob: Job, @unchecked Sendable {
             }
         }
         for job in jobs {
-            let cancelled = _addChildLocked(job, &actions)
+            // No cycle to look for: nothing can wait for a group that is being made, and it is
+            // inside no group.
+            let cancelled = _addChildLocked(job, lookingForCycles: false, &actions)
             #if CONDUCTOR_INVARIANTS
                 _require(!cancelled, "Conductor: a new group cancelled a child it was created with")
             #else
@@ -126,7 +128,7 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// `addChild(_:)`'s critical section: returns whether `job` must be cancelled after unlocking
     /// (the group is cancelled or refused). Traps, after unlocking, for a finished group or a job
     /// that belongs elsewhere. Call with `engineLock` held.
-    private func _addChildLocked(_ job: Job, _ actions: inout _Actions) -> Bool {
+    private func _addChildLocked(_ job: Job, lookingForCycles: Bool = true, _ actions: inout _Actions) -> Bool {
         if (_state == .finished || isSealed) && !_isCancelled && !isRefused {
             let name = _describeLocked
             engineLock.unlock()
@@ -139,7 +141,7 @@ public final class GroupJob: Job, @unchecked Sendable {
             _trap("GroupJob.addChild(_:): \(problem)")
         }
         let cancelled = _isCancelled || isRefused
-        if !cancelled && job._state != .finished, let cycle = _childCycleLocked(job) {
+        if lookingForCycles && !cancelled && job._state != .finished, let cycle = _childCycleLocked(job) {
             let chain = (cycle + [cycle[0]]).map { "'\($0._describeLocked)'" }.joined(separator: " waits for ")
             engineLock.unlock()
             _trap(
@@ -181,8 +183,9 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// found, as in `Job._groupCycleLocked`.
     ///
     /// - Complexity: O(depth of nesting × the unfinished jobs in `job`), each edge looked up in
-    ///   O(1) amortized: O(depth) for a job that is not a group. Call with `engineLock` held, for an
-    ///   unfinished `job`.
+    ///   O(1) amortized, when this group or a group around it has edges; O(1) for a job with no
+    ///   edges that is not a group, and O(depth) when those groups have none. Call with `engineLock`
+    ///   held, for an unfinished `job`.
     private func _childCycleLocked(_ job: Job) -> [Job]? {
         // Most children: no edges, and nothing inside.
         if job._dependencies.isEmpty && job._dependents.isEmpty && !job._isComposite {
@@ -192,13 +195,21 @@ public final class GroupJob: Job, @unchecked Sendable {
         // and starts before it.
         var around: [Job] = []
         var outer: Job? = self
+        var withEdges = false
         while let group = outer {
             around.append(group)
+            withEdges = withEdges || !group._dependencies.isEmpty || !group._dependents.isEmpty
             outer = group._countingGroupLocked
         }
+        // An edge is on both of its jobs while they are unfinished, as these groups are: with
+        // none on them, nothing inside `job` can close a cycle through them.
+        guard withEdges else { return nil }
         // `job`, then the unfinished jobs inside it, each with the groups from `job` down to it.
         var pending: [(job: Job, down: [Job])] = [(job, [])]
         while let (inner, down) = pending.popLast() {
+            #if CONDUCTOR_INVARIANTS
+                _require(inner._lifecycle.isUnstarted, "Conductor: a job joining a group has started")
+            #endif
             for (index, group) in around.enumerated() {
                 // The groups from this one up to the one inside `group`.
                 let between = around[..<index]

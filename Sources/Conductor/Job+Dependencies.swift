@@ -35,7 +35,8 @@ extension Job {
     ///   `.alreadyStarted` if this job has started or finished. The graph is unchanged when it throws.
     /// - Complexity: O(1) amortized when `job` was created before this job, or otherwise already
     ///   ordered before it; otherwise O(size of the affected region) by the Pearce–Kelly algorithm.
-    ///   The duplicate check is O(1) amortized.
+    ///   The duplicate check is O(1) amortized. For a job inside a ``GroupJob``, plus O(depth of
+    ///   nesting).
     public func addDependency(_ job: Job, policy: DependencyPolicy) throws(JobError) {
         var actions = _Actions()
         engineLock.lock()
@@ -121,21 +122,35 @@ extension Job {
     /// job would wait for it to finish). Groups around a job are the groups that count it, then
     /// the groups that count those, and so on. Returns the jobs on the cycle, starting with this
     /// job, each waiting for the next: this job, `job`, then the groups between them. A cycle
-    /// through other jobs' edges is not found.
+    /// through other jobs' edges is not found, nor one through a job on a group's queue of children
+    /// that the group does not count (a child's condition's generated dependency).
     ///
-    /// - Complexity: O(depth of nesting). Call with `engineLock` held, for an unfinished `job`.
+    /// - Complexity: O(depth of nesting), retaining and allocating nothing unless it finds a cycle.
+    ///   Call with `engineLock` held, for an unfinished `job`.
     func _groupCycleLocked(waitingFor job: Job) -> [Job]? {
-        // `job` finishes after this job: the groups from `job` down to this one, each waiting for
-        // the next to finish, the last for this job.
-        if let path = _groupsAround(self, upTo: job) {
+        if Job._isGroup(job, around: self), let path = _groupsAround(self, upTo: job) {
+            // `job` finishes after this job: the groups from `job` down to this one, each waiting
+            // for the next to finish, the last for this job.
             return [self, job] + path.reversed()
         }
-        // This job starts before `job`: `job` waits for its group to start, that group for its own,
-        // and so on up to this job.
-        if let path = _groupsAround(job, upTo: self) {
+        if Job._isGroup(self, around: job), let path = _groupsAround(job, upTo: self) {
+            // This job starts before `job`: `job` waits for its group to start, that group for its
+            // own, and so on up to this job.
             return [self, job] + path
         }
         return nil
+    }
+
+    /// Whether `outer` is a group around `inner`, walking the groups without retaining them. Call
+    /// with `engineLock` held.
+    private static func _isGroup(_ outer: Job, around inner: Job) -> Bool {
+        let target = Unmanaged.passUnretained(outer).toOpaque()
+        var group = inner._countingGroupUnretainedLocked
+        while let current = group {
+            if current.toOpaque() == target { return true }
+            group = current._withUnsafeGuaranteedRef { $0._countingGroupUnretainedLocked }
+        }
+        return false
     }
 
     /// The groups around `inner` below `outer`, innermost first, if `outer` is a group around
@@ -152,14 +167,19 @@ extension Job {
     }
 
     /// Whether `job` is already a dependency. O(1) amortized: a short list is scanned, a long one
-    /// gets a set of identities. Call with `engineLock` held.
+    /// gets a set of identities. Call with `engineLock` held, for a job that has not started (a
+    /// started job keeps no edge the answer could rely on).
     ///
-    /// While `job` is unfinished (and this job unstarted, as the caller checked), an edge between
+    /// While `job` is unfinished (and this job unstarted), an edge between
     /// them is on both ends: `job` is in `_dependencies` exactly when this job is in
     /// `job._dependents`. So when this job's list is long, `job`'s is scanned if it is short, and the
     /// set is built only when both are long (or `job` has finished). A fan-in's last job (10⁴
     /// dependencies, each with at most one dependent) needs no set.
     func _hasDependencyLocked(_ job: Job) -> Bool {
+        #if CONDUCTOR_INVARIANTS
+            _require(
+                _lifecycle.isUnstarted, "Conductor: _hasDependencyLocked on '\(_describeLocked)', which has started")
+        #endif
         if let set = _extras?.dependencySet {
             return set.contains(ObjectIdentifier(job))
         }

@@ -201,12 +201,12 @@ extension Job {
             return
         }
         _trapIfWaitingForItselfLocked(blocking: true)
-        if _state != .executing && _state != .finished, let queue = _queue, queue._withUnsafeGuaranteedRef(\._isMain) {
-            queue._withUnsafeGuaranteedRef {
-                $0._trapIfBlockingTheMainQueueLocked(
-                    "Job.waitUntilFinished(): called on the main queue for '\(_describeLocked)', a job of JobQueue.main that has not started"
-                )
-            }
+        if _state != .executing && _state != .finished, let queue = _queue?.takeUnretainedValue(),
+            queue._startsOnMainQueueLocked
+        {
+            queue._trapIfBlockingTheMainQueueLocked(
+                "Job.waitUntilFinished(): called on the main queue for '\(_describeLocked)', which has not started"
+            )
         }
         let semaphore = DispatchSemaphore(value: 0)
         _extrasLocked.waiters.append(.semaphore(semaphore))

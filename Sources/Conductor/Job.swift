@@ -95,6 +95,14 @@ open class Job: @unchecked Sendable {
         return _queue?._withUnsafeGuaranteedRef { $0._countingGroup }
     }
 
+    /// `_countingGroupLocked`, not retained: for walking the groups around a job on a hot path (a
+    /// group's retain and release are slow ones, through its side table). Valid while the lock is
+    /// held.
+    var _countingGroupUnretainedLocked: Unmanaged<GroupJob>? {
+        guard _isCountedChild else { return nil }
+        return _queue?._withUnsafeGuaranteedRef { $0._countingGroupRetain }
+    }
+
     /// Dependents in `_dependents` that finished first (cancelled); compacted away in bulk.
     var _finishedDependents: Int32 {
         get { _details?.finishedDependents ?? 0 }

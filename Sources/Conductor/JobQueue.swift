@@ -134,10 +134,6 @@ public final class JobQueue: @unchecked Sendable {
     /// reads it without retaining it (the group has a side table for its weak references, which
     /// makes each retain and release of it a slow one).
     @exclusivity(unchecked) var _countingGroupRetain: Unmanaged<GroupJob>?
-    /// Whether this is ``JobQueue/main``, whose jobs start only on the main thread: a blocking wait
-    /// for them there would never return (`_trapIfBlockingTheMainQueueLocked`). Set before the
-    /// queue is published, never changed.
-    @exclusivity(unchecked) var _isMain = false
 
     /// `_countingGroupRetain`'s group, retained. Call with `engineLock` held.
     var _countingGroup: GroupJob? {
@@ -295,11 +291,11 @@ public final class JobQueue: @unchecked Sendable {
         // while its completion block still runs. Waited for one by one after the batch.
         var elsewhere: [Job] = []
         _update { queue, actions in
-            if batch != nil && queue._isMain && jobs.contains(where: { $0._state != .finished }) {
+            if batch != nil && queue._startsOnMainQueueLocked && jobs.contains(where: { $0._state != .finished }) {
                 // Before any job is added: they would not start before the wait (an executing job
                 // cannot be added).
                 queue._trapIfBlockingTheMainQueueLocked(
-                    "JobQueue.addJobs(_:waitUntilFinished:): called with waitUntilFinished: true on the main queue for JobQueue.main"
+                    "JobQueue.addJobs(_:waitUntilFinished:): called with waitUntilFinished: true on the main queue"
                 )
             }
             for job in jobs {
@@ -467,9 +463,9 @@ public final class JobQueue: @unchecked Sendable {
             return
         }
         _trapIfWaitingForItselfLocked(blocking: true)
-        if _isMain && _jobCount > _executing {
+        if _jobCount > _executing && _startsOnMainQueueLocked {
             _trapIfBlockingTheMainQueueLocked(
-                "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while JobQueue.main has jobs that have not started"
+                "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while '\(_displayNameLocked)' has jobs that have not started"
             )
         }
         let semaphore = DispatchSemaphore(value: 0)
@@ -529,19 +525,39 @@ public final class JobQueue: @unchecked Sendable {
     }
 
     /// Traps, after unlocking, when called on the main queue, or on the main thread (which runs it,
-    /// or will once the program calls `dispatchMain()`): `problem` says which wait, for jobs of
-    /// ``JobQueue/main`` that have not started. They start only on the main queue, which the wait
-    /// would block. Call with `engineLock` held, off the hot path.
+    /// or will once the program calls `dispatchMain()`): `problem` says which wait, for jobs of this
+    /// queue that have not started, which start only on the main queue (`_startsOnMainQueueLocked`)
+    /// that the wait would block. Call with `engineLock` held, off the hot path.
     func _trapIfBlockingTheMainQueueLocked(_ problem: @autoclosure () -> String) {
-        guard DispatchQueue.getSpecific(key: JobQueue._onMainQueue) == true || conductor_is_main_thread() != 0 else {
+        guard DispatchQueue.getSpecific(key: JobQueue._mainQueueMark) == true || conductor_is_main_thread() != 0 else {
             return
         }
         let message = problem()
+        let name = _displayNameLocked
         engineLock.unlock()
         _trap(
-            "\(message); JobQueue.main's jobs start only on the main queue, which this wait blocks, so it would never return. Wait from another thread, or with an async wait (await)"
+            "\(message); the jobs of '\(name)' start only on the main queue (its underlyingQueue), which this wait blocks, so it would return only if another thread cancelled them. Wait from another thread, or with an async wait (await)"
         )
     }
+
+    /// Whether this queue's jobs start on the main queue: its `underlyingQueue` is
+    /// `DispatchQueue.main` (``JobQueue/main``'s is). Checked when a blocking wait begins, so that
+    /// a queue whose underlying queue changes is judged by the current one. Call with `engineLock`
+    /// held, off the hot path.
+    var _startsOnMainQueueLocked: Bool {
+        _underlyingQueue?.getSpecific(key: JobQueue._mainQueueMark) == true
+    }
+
+    /// Set on `DispatchQueue.main` when first used: `DispatchQueue.getSpecific(key:)` finds it on
+    /// the main queue (and on queues that target it), and `queue.getSpecific(key:)` on the main
+    /// queue itself. On Linux after `dispatchMain()`, a thread other than the main thread may run
+    /// the main queue, and `DispatchQueue.main` is a new object at each use, so neither the thread
+    /// nor the object's identity would tell.
+    static let _mainQueueMark: DispatchSpecificKey<Bool> = {
+        let key = DispatchSpecificKey<Bool>()
+        DispatchQueue.main.setSpecific(key: key, value: true)
+        return key
+    }()
 
     // MARK: Helpers
 

@@ -140,7 +140,7 @@ private func onMainQueue() -> Bool {
         }
         #expect(
             standardErrorText(result).contains(
-                "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while JobQueue.main has jobs that have not started; JobQueue.main's jobs start only on the main queue, which this wait blocks, so it would never return"
+                "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while 'main' has jobs that have not started; the jobs of 'main' start only on the main queue (its underlyingQueue), which this wait blocks, so it would return only if another thread cancelled them. Wait from another thread, or with an async wait (await)"
             ))
     }
 
@@ -156,7 +156,7 @@ private func onMainQueue() -> Bool {
         }
         #expect(
             standardErrorText(result).contains(
-                "Job.waitUntilFinished(): called on the main queue for 'main-job', a job of JobQueue.main that has not started"
+                "Job.waitUntilFinished(): called on the main queue for 'main-job', which has not started; the jobs of 'main' start only on the main queue"
             ))
     }
 
@@ -172,8 +172,42 @@ private func onMainQueue() -> Bool {
         }
         #expect(
             standardErrorText(result).contains(
-                "JobQueue.addJobs(_:waitUntilFinished:): called with waitUntilFinished: true on the main queue for JobQueue.main"
+                "JobQueue.addJobs(_:waitUntilFinished:): called with waitUntilFinished: true on the main queue; the jobs of 'main' start only on the main queue"
             ))
+    }
+
+    @Test func waitingForAnyQueueWhoseUnderlyingQueueIsMainTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "on-main")
+            queue.underlyingQueue = .main
+            queue.isSuspended = true
+            queue.addJob {}
+            let waiter = BlockJob { queue.waitUntilAllJobsAreFinished() }
+            waiter.executionQueue = .main
+            exitOnceBlocked(waiter, in: "waitUntilAllJobsAreFinished() on queue 'on-main'")
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "called on the main queue while 'on-main' has jobs that have not started; the jobs of 'on-main' start only on the main queue"
+            ))
+    }
+
+    @Test func waitingOnTheMainQueueForTheMainJobQueueMovedOffItDoesNotTrap() async {
+        // JobQueue.main given another underlying queue: its jobs no longer need the main queue.
+        await #expect(processExitsWith: .success) {
+            JobQueue.main.underlyingQueue = .global()
+            JobQueue.main.isSuspended = true
+            JobQueue.main.addJob {}
+            let waiter = BlockJob { JobQueue.main.waitUntilAllJobsAreFinished() }
+            waiter.executionQueue = .main
+            JobQueue(name: "waiter-queue").addJob(waiter)
+            while !waiter.explain().contains("its work is blocked in waitUntilAllJobsAreFinished() on queue 'main'") {
+                sched_yield()
+            }
+            JobQueue.main.isSuspended = false
+            waiter.waitUntilFinished()
+            exit(0)
+        }
     }
 
     @Test func waitingOnTheMainQueueForAMainJobThatHasStartedDoesNotTrap() async {
