@@ -286,18 +286,17 @@ public final class JobQueue: @unchecked Sendable {
     ///
     /// - Complexity: O(n) for n jobs.
     public func addJobs(_ jobs: [Job], waitUntilFinished: Bool) {
+        if waitUntilFinished {
+            // In a section of its own, so that the adding one is the same with or without a wait.
+            engineLock.lock()
+            _trapIfBatchWaitBlocksTheMainQueueLocked(jobs)
+            engineLock.unlock()
+        }
         let batch = waitUntilFinished ? _BatchWait() : nil
         // Jobs already counted in another batch: a cancelled job may be added again, to any queue,
         // while its completion block still runs. Waited for one by one after the batch.
         var elsewhere: [Job] = []
         _update { queue, actions in
-            if batch != nil && queue._startsOnMainQueueLocked && jobs.contains(where: { $0._state != .finished }) {
-                // Before any job is added: they would not start before the wait (an executing job
-                // cannot be added).
-                queue._trapIfBlockingTheMainQueueLocked(
-                    "JobQueue.addJobs(_:waitUntilFinished:): called with waitUntilFinished: true on the main queue"
-                )
-            }
             for job in jobs {
                 if let problem = queue._enqueueLocked(job, &actions) {
                     engineLock.unlock()
@@ -538,6 +537,17 @@ public final class JobQueue: @unchecked Sendable {
         _trap(
             "\(message); the jobs of '\(name)' start only on the main queue (its underlyingQueue), which this wait blocks, so it would return only if another thread cancelled them. Wait from another thread, or with an async wait (await)"
         )
+    }
+
+    /// `addJobs(_:waitUntilFinished: true)`: traps if the wait would block the main queue that
+    /// `jobs` need to start. Checked before any is added: none would start before the wait (an
+    /// executing job cannot be added). Call with `engineLock` held.
+    func _trapIfBatchWaitBlocksTheMainQueueLocked(_ jobs: [Job]) {
+        if _startsOnMainQueueLocked && jobs.contains(where: { $0._state != .finished }) {
+            _trapIfBlockingTheMainQueueLocked(
+                "JobQueue.addJobs(_:waitUntilFinished:): called with waitUntilFinished: true on the main queue"
+            )
+        }
     }
 
     /// Whether this queue's jobs start on the main queue: its `underlyingQueue` is
