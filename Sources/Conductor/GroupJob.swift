@@ -414,7 +414,8 @@ extension Job {
     ///
     /// Call it from the job's own work, while it executes (an asynchronous job until it calls
     /// `finish()`); otherwise it traps, as it does for a job started by hand outside any queue or
-    /// group.
+    /// group, for the job itself, and for a job the group or queue would refuse (one on a queue or
+    /// executing; for a queue, also one that has finished).
     public func produce(_ job: Job) {
         engineLock.lock()
         guard _state == .executing else {
@@ -426,6 +427,21 @@ extension Job {
         let group = _countingGroupLocked
         let queue = _queue?.takeUnretainedValue()
         let name = _describeLocked
+        // What `addChild(_:)` or `addJob(_:)` would trap on, named here (either still checks).
+        var problem: String?
+        if job === self {
+            problem = "'\(name)' cannot produce itself; produce a new job"
+        } else if let group {
+            if job._queue != nil || job._state == .executing {
+                problem = group._childrenLocked._joinProblemLocked(job)
+            }
+        } else if let queue {
+            problem = queue._joinProblemLocked(job)
+        }
+        if let problem {
+            engineLock.unlock()
+            _trap("Job.produce(_:): \(problem)")
+        }
         engineLock.unlock()
         if let group {
             group.addChild(job)

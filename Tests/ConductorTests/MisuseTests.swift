@@ -27,6 +27,13 @@ private final class SelfAddingJob: Job, @unchecked Sendable {
     override func execute() { JobQueue(name: "misuse-executing-target").addJob(self) }
 }
 
+/// Lets a producing job's block reach the job itself.
+// @unchecked Sendable: `job` is set before the job is added to a queue, which happens-before its
+// block runs; nothing writes it after.
+private final class ProducerBox: @unchecked Sendable {
+    var job: BlockJob?
+}
+
 /// Lets a BlockJob's block reach the job itself.
 // @unchecked Sendable: `job` is set before `start()`, which runs the block on the same thread; no other access.
 private final class BlockJobBox: @unchecked Sendable {
@@ -336,6 +343,36 @@ private final class BlockJobBox: @unchecked Sendable {
         #expect(
             standardErrorText(result).contains(
                 "Job.produce(_:): 'idle-producer' is ready; a job produces jobs only while it executes"))
+    }
+
+    @Test func producingItselfTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let box = ProducerBox()
+            let job = BlockJob { box.job!.produce(box.job!) }
+            job.name = "self-producer"
+            box.job = job
+            JobQueue(name: "produce-queue").addJobs([job], waitUntilFinished: true)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.produce(_:): 'self-producer' cannot produce itself; produce a new job"))
+    }
+
+    @Test func producingAJobOnAnotherQueueFromAGroupsChildTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let elsewhere = JobQueue(name: "elsewhere")
+            elsewhere.isSuspended = true
+            let other = BlockJob {}
+            other.name = "queued-elsewhere"
+            elsewhere.addJob(other)
+            let box = ProducerBox()
+            let child = BlockJob { box.job!.produce(other) }
+            box.job = child
+            JobQueue(name: "produce-queue").addJobs([GroupJob(jobs: [child])], waitUntilFinished: true)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.produce(_:): 'queued-elsewhere' is already on queue 'elsewhere'; a job belongs to one queue"))
     }
 
     @Test func startOnAFinishedJobTraps() async {
