@@ -128,6 +128,7 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// `addChild(_:)`'s critical section: returns whether `job` must be cancelled after unlocking
     /// (the group is cancelled or refused). Traps, after unlocking, for a finished group or a job
     /// that belongs elsewhere. Call with `engineLock` held.
+    @inline(__always)
     private func _addChildLocked(_ job: Job, lookingForCycles: Bool = true, _ actions: inout _Actions) -> Bool {
         if (_state == .finished || isSealed) && !_isCancelled && !isRefused {
             let name = _describeLocked
