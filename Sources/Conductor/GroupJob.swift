@@ -56,7 +56,7 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// The units of the children that finished while the group had no progress object: each
     /// child's total (one without a progress of its own is one unit). The progress, made when
     /// first needed, starts from them (`_newProgressLocked`).
-    @exclusivity(unchecked) private var finishedUnits: Int64 = 0
+    @exclusivity(unchecked) private var finishedUnits: _Units = 0
 
     /// Creates a group whose children run at most `maxConcurrentJobCount` at a time, starting with
     /// `jobs`, added in one critical section as ``addChild(_:)`` would add each (and trapping as it
@@ -290,7 +290,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         } else if _state != .finished {
             let own = job._progressToCountLocked(&actions)
             if settled {
-                finishedUnits = finishedUnits._saturatingAdding(own.map { max($0.storage.read { $0.total }, 1) } ?? 1)
+                finishedUnits += own.map { max($0.storage.read { $0.total }, 1) } ?? 1
             }
         }
     }
@@ -307,7 +307,7 @@ public final class GroupJob: Job, @unchecked Sendable {
                 progress._addLocked(total: 0, completed: 1, &actions)
             }
         } else {
-            finishedUnits = finishedUnits._saturatingAdding(own?.storage.read { $0.total } ?? 1)
+            finishedUnits += own?.storage.read { $0.total } ?? 1
         }
     }
 
@@ -327,10 +327,10 @@ public final class GroupJob: Job, @unchecked Sendable {
             if let own = child._progressToCountLocked(&actions) {
                 adopted.append(own)
                 let (ownTotal, ownCompleted) = own._countedUnits
-                total = total._saturatingAdding(ownTotal)
-                completed = completed._saturatingAdding(ownCompleted)
+                total += ownTotal
+                completed += ownCompleted
             } else {
-                total = total._saturatingAdding(1)
+                total += 1
             }
         }
         let progress = JobProgress(kind: .group, total: total, completed: completed)
@@ -416,7 +416,9 @@ extension Job {
     /// Call it from the job's own work, while it executes (an asynchronous job until it calls
     /// `finish()`); otherwise it traps, as it does for a job started by hand outside any queue or
     /// group, for the job itself, and for a job the group or queue would refuse (one on a queue or
-    /// executing; for a queue, also one that has finished).
+    /// executing; for a queue, also one that has finished, unless it was cancelled before it was
+    /// added). A job that would close a cycle with the group traps as ``GroupJob/addChild(_:)``
+    /// does.
     public func produce(_ job: Job) {
         engineLock.lock()
         guard _state == .executing else {

@@ -87,9 +87,9 @@ extension JobQueue {
     /// its jobs' work, observers and completion blocks, run on the main thread, in order of
     /// priority then arrival. The main queue must be running (an app's run loop, `dispatchMain()`,
     /// or an `async` `main`). A blocking wait on the main queue (or the main thread) for its jobs
-    /// that have not started would return only if another thread cancelled them, and traps (as for
-    /// any queue whose `underlyingQueue` is `DispatchQueue.main`); wait with `await`, or from
-    /// another thread.
+    /// that have not started would return only if another thread cancelled them or moved the queue
+    /// off the main queue, and traps (as for any queue whose `underlyingQueue` is
+    /// `DispatchQueue.main`); wait with `await`, or from another thread.
     public static let main: JobQueue = {
         let queue = JobQueue(name: "main", maxConcurrentJobCount: 1)
         queue.underlyingQueue = DispatchQueue.main

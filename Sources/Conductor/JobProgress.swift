@@ -31,23 +31,24 @@ public final class JobProgress: Sendable {
     let kind: Kind
     let storage: _ProgressStorage
 
-    init(kind: Kind, total: Int64, completed: Int64, finished: Bool = false) {
+    init(kind: Kind, total: _Units, completed: _Units, finished: Bool = false) {
         self.kind = kind
         storage = _ProgressStorage(total: total, completed: completed, finished: finished)
     }
 
     /// The units of work in all. Set it from the job's own work; on a group's or a queue's progress,
     /// which add up their jobs, setting it traps, as does a negative value. Setting it after the
-    /// job finished has no effect.
+    /// job finished has no effect. A group's or a queue's sum past `Int64.max` reads as `Int64.max`
+    /// (it is kept exact).
     public var totalUnitCount: Int64 {
-        get { storage.read { $0.total } }
+        get { storage.read { Int64(clamping: $0.total) } }
         set { set(total: newValue, completed: nil, "totalUnitCount") }
     }
 
     /// The units of work done. Set it from the job's own work; on a group's or a queue's progress,
     /// setting it traps, as does a negative value. Setting it after the job finished has no effect.
     public var completedUnitCount: Int64 {
-        get { storage.read { $0.completed } }
+        get { storage.read { Int64(clamping: $0.completed) } }
         set { set(total: nil, completed: newValue, "completedUnitCount") }
     }
 
@@ -84,7 +85,7 @@ public final class JobProgress: Sendable {
         var actions = _Actions()
         engineLock.lock()
         if !storage.read({ $0.finished }) {
-            _changeLocked(total: total, completed: completed, &actions)
+            _changeLocked(total: total.map { _Units($0) }, completed: completed.map { _Units($0) }, &actions)
         }
         engineLock.unlock()
         actions.perform()
@@ -102,8 +103,9 @@ public final class JobProgress: Sendable {
     /// each that has observers in `actions`. A finished progress never changes again, and a parent
     /// that has finished takes no more differences (its finish counted everything). A progress
     /// counts toward its parent with at most its total completed. O(depth).
-    func _changeLocked(total: Int64? = nil, completed: Int64? = nil, finished: Bool = false, _ actions: inout _Actions)
-    {
+    func _changeLocked(
+        total: _Units? = nil, completed: _Units? = nil, finished: Bool = false, _ actions: inout _Actions
+    ) {
         guard
             let change = storage.update(
                 finishing: finished,
@@ -120,8 +122,8 @@ public final class JobProgress: Sendable {
                 let parentChange = parent.storage.update(
                     finishing: false,
                     { values in
-                        values.total = values.total._saturatingAdding(deltaTotal)
-                        values.completed = values.completed._saturatingAdding(deltaCompleted)
+                        values.total += deltaTotal
+                        values.completed += deltaCompleted
                     })
             else { break }
             if let handlers = parentChange.handlers { actions.notifyProgress(parent, handlers) }
@@ -138,7 +140,7 @@ public final class JobProgress: Sendable {
     }
 
     /// What this progress counts toward its parent: its total, and at most its total completed.
-    var _countedUnits: (total: Int64, completed: Int64) {
+    var _countedUnits: (total: _Units, completed: _Units) {
         storage.read { ($0.total, min($0.completed, $0.total)) }
     }
 
@@ -158,10 +160,9 @@ public final class JobProgress: Sendable {
 
     /// Adds units (a job without a progress of its own counts as one) to this progress and
     /// those above it.
-    func _addLocked(total: Int64, completed: Int64, _ actions: inout _Actions) {
+    func _addLocked(total: _Units, completed: _Units, _ actions: inout _Actions) {
         let (current, done) = storage.read { ($0.total, $0.completed) }
-        _changeLocked(
-            total: current._saturatingAdding(total), completed: done._saturatingAdding(completed), &actions)
+        _changeLocked(total: current + total, completed: done + completed, &actions)
     }
 
     /// A queue's progress starts a new count: the queue was idle and gains a job.
@@ -181,8 +182,8 @@ public final class JobProgress: Sendable {
 // Lock-guarded, so `@exclusivity(unchecked)`, like `Job`'s own.
 final class _ProgressStorage: @unchecked Sendable {
     struct Values {
-        var total: Int64
-        var completed: Int64
+        var total: _Units
+        var completed: _Units
         var finished: Bool
     }
 
@@ -193,7 +194,7 @@ final class _ProgressStorage: @unchecked Sendable {
     @exclusivity(unchecked) private var nextObserverID: UInt64 = 1
     @exclusivity(unchecked) var parent: JobProgress?
 
-    init(total: Int64, completed: Int64, finished: Bool) {
+    init(total: _Units, completed: _Units, finished: Bool) {
         values = Values(total: total, completed: completed, finished: finished)
     }
 
@@ -216,8 +217,8 @@ final class _ProgressStorage: @unchecked Sendable {
     /// What one change did: the differences this progress makes to its parent's counts (its
     /// total, and its completed units up to its total), and the observers to tell, if any.
     struct Change {
-        var deltaTotal: Int64
-        var deltaCompleted: Int64
+        var deltaTotal: _Units
+        var deltaCompleted: _Units
         var handlers: [JobProgress.Handler]?
     }
 
@@ -338,8 +339,8 @@ extension JobQueue {
     }
 
     private func _makeProgressLocked(_ actions: inout _Actions) -> JobProgress {
-        let finishedSinceIdle = Int64(_addedSinceIdle - _jobCount)
-        var total = Int64(_addedSinceIdle)
+        let finishedSinceIdle = _Units(_addedSinceIdle - _jobCount)
+        var total = _Units(_addedSinceIdle)
         var completed = finishedSinceIdle
         var adopted: [JobProgress] = []
         // O(jobs) once: members with a progress of their own that counts nowhere else count with
@@ -355,8 +356,8 @@ extension JobQueue {
             guard let own = job._progressToCountLocked(&actions), own._parentLocked == nil else { continue }
             adopted.append(own)
             let (ownTotal, ownCompleted) = own._countedUnits
-            total = total._saturatingAdding(ownTotal - 1)
-            completed = completed._saturatingAdding(ownCompleted)
+            total += ownTotal - 1
+            completed += ownCompleted
         }
         let progress = JobProgress(kind: .queue, total: total, completed: completed)
         for own in adopted { own._parentLocked = progress }
@@ -397,14 +398,7 @@ extension JobQueue {
     }
 }
 
-extension Int64 {
-    /// `self + other`, or the bound it passed: a group's or a queue's progress adds up its jobs'
-    /// units, which users set, and a sum past `Int64.max` would otherwise crash (without a message
-    /// in release builds). Past that, the sum is no longer exact; every fraction stays within 0...1.
-    @inline(__always)
-    func _saturatingAdding(_ other: Int64) -> Int64 {
-        let (sum, overflow) = addingReportingOverflow(other)
-        guard overflow else { return sum }
-        return other > 0 ? .max : .min
-    }
-}
+/// Unit counts as the engine keeps them: wider than the `Int64` the API shows, so that a group's or
+/// a queue's sum of its jobs' counts, which users set, is exact however large they are (two jobs
+/// of `Int64.max` units each). Read through the API, a count past `Int64.max` shows as `Int64.max`.
+typealias _Units = Int128

@@ -535,7 +535,7 @@ public final class JobQueue: @unchecked Sendable {
         let name = _displayNameLocked
         engineLock.unlock()
         _trap(
-            "\(message); the jobs of '\(name)' start only on the main queue (its underlyingQueue), which this wait blocks, so it would return only if another thread cancelled them. Wait from another thread, or with an async wait (await)"
+            "\(message); the jobs of '\(name)' start only on the main queue (its underlyingQueue), which this wait blocks, so it would return only if another thread cancelled them or moved the queue off the main queue. Wait from another thread, or with an async wait (await)"
         )
     }
 

@@ -140,7 +140,7 @@ private func onMainQueue() -> Bool {
         }
         #expect(
             standardErrorText(result).contains(
-                "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while 'main' has jobs that have not started; the jobs of 'main' start only on the main queue (its underlyingQueue), which this wait blocks, so it would return only if another thread cancelled them. Wait from another thread, or with an async wait (await)"
+                "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while 'main' has jobs that have not started; the jobs of 'main' start only on the main queue (its underlyingQueue), which this wait blocks, so it would return only if another thread cancelled them or moved the queue off the main queue. Wait from another thread, or with an async wait (await)"
             ))
     }
 

@@ -422,26 +422,35 @@ private struct LoginCondition: JobCondition {
         #expect(progress.totalUnitCount == 3 && progress.completedUnitCount == 3)
     }
 
-    @Test func unitsThatAddUpPastInt64MaxSaturateInsteadOfCrashing() async {
-        // Two children of Int64.max units each: their group's and their queue's sums saturate at
-        // Int64.max (an arithmetic overflow crashed the process, without a message in release
-        // builds), and every fraction stays within 0...1.
+    @Test func sumsPastInt64MaxStayExactAndReadAsInt64Max() async {
+        // Children of Int64.max units each: their group's and their queue's sums go past Int64.max
+        // (an arithmetic overflow crashed the process, without a message in release builds). They
+        // read as Int64.max, and stay exact: lowering the children brings them back.
         let queue = JobQueue(name: "progress-vast", maxConcurrentJobCount: 1)
         queue.isSuspended = true
-        let children = (0..<2).map { _ in
+        let children = (0..<3).map { _ in
             let job = BlockJob {}
             job.progress.totalUnitCount = .max
             return job
         }
-        let group = GroupJob(name: "vast", jobs: children)
+        let small = BlockJob {}
+        small.progress.totalUnitCount = 1
+        let group = GroupJob(name: "vast", jobs: children + [small])
         let groupProgress = group.progress
-        let vast = BlockJob {}
-        vast.progress.totalUnitCount = .max
-        let queueProgress = queue.progress
-        queue.addJobs([group, vast, BlockJob {}], waitUntilFinished: false)
-        #expect(groupProgress.totalUnitCount == .max && queueProgress.totalUnitCount == .max)
+        #expect(groupProgress.totalUnitCount == .max)
         children[0].progress.completedUnitCount = .max
-        #expect((0...1).contains(groupProgress.fractionCompleted))
+        #expect(groupProgress.completedUnitCount == .max && groupProgress.fractionCompleted < 1)
+        small.progress.totalUnitCount = 5
+        small.progress.totalUnitCount = 1
+        for child in children { child.progress.totalUnitCount = 0 }
+        // Exact: 0 + 0 + 0 + 1 units, none completed (the first child's completed units count up
+        // to its total, now 0).
+        #expect(groupProgress.totalUnitCount == 1 && groupProgress.completedUnitCount == 0)
+        children[1].progress.totalUnitCount = .max
+        let queueProgress = queue.progress
+        queue.addJobs([group, BlockJob {}], waitUntilFinished: false)
+        #expect(queueProgress.totalUnitCount == .max)
+        #expect(queueProgress.completedUnitCount == 0 && queueProgress.fractionCompleted == 0)
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
         #expect(groupProgress.fractionCompleted == 1 && queueProgress.fractionCompleted == 1)

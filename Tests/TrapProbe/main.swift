@@ -30,6 +30,13 @@ final class TimeoutSettingJob: Job, @unchecked Sendable {  // @unchecked Sendabl
     override func execute() { timeout = .seconds(1) }
 }
 
+/// Lets a job's block reach the job itself.
+// @unchecked Sendable: `job` is set before the job is added to a queue, which happens-before its
+// block runs; nothing writes it after.
+final class ProducerBox: @unchecked Sendable {
+    var job: BlockJob?
+}
+
 let traps: [String: () -> Void] = [
     "watchdog-zero-threshold": {
         _ = StallWatchdog(threshold: .zero) { _ in }
@@ -37,6 +44,20 @@ let traps: [String: () -> Void] = [
     "main-queue-wait-on-main-thread": {
         JobQueue.main.addJob {}
         JobQueue.main.waitUntilAllJobsAreFinished()
+    },
+    "produce-itself": {
+        let box = ProducerBox()
+        let job = BlockJob { box.job!.produce(box.job!) }
+        job.name = "probe-job"
+        box.job = job
+        JobQueue(name: "probe-queue").addJobs([job], waitUntilFinished: true)
+    },
+    "add-child-cycle": {
+        let group = GroupJob(name: "probe-group")
+        let job = BlockJob {}
+        job.name = "probe-job"
+        try? job.addDependency(group)
+        group.addChild(job)
     },
     "group-zero-limit": {
         _ = GroupJob(name: "probe-group", maxConcurrentJobCount: 0)
