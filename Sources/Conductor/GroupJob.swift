@@ -135,15 +135,14 @@ public final class GroupJob: Job, @unchecked Sendable {
             engineLock.unlock()
             _trap("GroupJob.addChild(_:): '\(name)' has already finished; add children before it finishes")
         }
-        // A job on a queue (another group's included) or started by hand belongs elsewhere,
-        // whatever this group's state: checked before anything changes.
-        if job._queue != nil || job._state == .executing, let problem = children._joinProblemLocked(job) {
+        // Checked before anything changes.
+        if let problem = _childProblemLocked(job) {
             engineLock.unlock()
             _trap("GroupJob.addChild(_:): \(problem)")
         }
         let cancelled = _isCancelled || isRefused
         if lookingForCycles && !cancelled && job._state != .finished, let cycle = _childCycleLocked(job) {
-            let chain = (cycle + [cycle[0]]).map { "'\($0._describeLocked)'" }.joined(separator: " waits for ")
+            let chain = JobError._cycleText(cycle.map { "'\($0._describeLocked)'" })
             engineLock.unlock()
             _trap(
                 "GroupJob.addChild(_:): the child would close the cycle \(chain) (\(Job.groupCycleSituation)); remove that dependency first"
@@ -175,6 +174,16 @@ public final class GroupJob: Job, @unchecked Sendable {
             }
         }
         return cancelled
+    }
+
+    /// Why `job` cannot become a child, whatever this group's state: it is on a queue (another
+    /// group's included) or was started by hand, and belongs elsewhere. A finished job may join (it
+    /// counts as a finished child). Call with `engineLock` held.
+    @inline(__always)
+    func _childProblemLocked(_ job: Job) -> String? {
+        // Most children pass on two loads, without the call.
+        guard job._queue != nil || job._state == .executing else { return nil }
+        return children._joinProblemLocked(job)
     }
 
     /// The cycle that making `job` a child would close, if it would: `job`, or a job inside it if
@@ -435,9 +444,7 @@ extension Job {
         if job === self {
             problem = "'\(name)' cannot produce itself; produce a new job"
         } else if let group {
-            if job._queue != nil || job._state == .executing {
-                problem = group._childrenLocked._joinProblemLocked(job)
-            }
+            problem = group._childProblemLocked(job)
         } else if let queue {
             problem = queue._joinProblemLocked(job)
         }

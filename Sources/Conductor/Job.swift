@@ -91,8 +91,7 @@ open class Job: @unchecked Sendable {
     /// saves the group in the side object if the job is counted down later, when it settles). Call
     /// with `engineLock` held.
     var _countingGroupLocked: GroupJob? {
-        guard _isCountedChild else { return nil }
-        return _queue?._withUnsafeGuaranteedRef { $0._countingGroup }
+        _countingGroupUnretainedLocked?.takeUnretainedValue()
     }
 
     /// `_countingGroupLocked`, not retained: for walking the groups around a job on a hot path (a

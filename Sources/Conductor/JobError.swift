@@ -68,6 +68,12 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
 
     private let storage: Storage
 
+    /// "'A' waits for 'B' waits for 'A'": the jobs of a cycle, each waiting for the next, named
+    /// (`names` are quoted already), back to the first.
+    static func _cycleText(_ names: [String]) -> String {
+        (names + [names[0]]).joined(separator: " waits for ")
+    }
+
     /// For `.alreadyStarted` and `.invalidAttempt`: what had happened to the job ("has already started", "has
     /// already finished", "was cancelled before it started"), captured when the error was thrown.
     /// For `.dependencyCycle`: why a cycle through a group is one, which its edges do not show.
@@ -103,7 +109,7 @@ public struct JobError: Error, Sendable, CustomStringConvertible {
             if names.count == 1 {
                 return "JobError.dependencyCycle: \(names[0]) cannot depend on itself"
             }
-            let chain = (names + [names[0]]).joined(separator: " waits for ")
+            let chain = JobError._cycleText(names)
             let why = situation.map { " (\($0))" } ?? ""
             return "JobError.dependencyCycle: refused; the dependency would close the cycle \(chain)\(why)"
         case .alreadyStarted:
