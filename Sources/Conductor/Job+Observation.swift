@@ -33,6 +33,8 @@ final class _JobExtras: @unchecked Sendable {
     /// Bumped when a condition or, during an evaluation, a dependency is added: an evaluation that
     /// started before cannot satisfy the conditions (a failure still counts).
     @exclusivity(unchecked) var conditionsGeneration: UInt64 = 0
+    /// Counts the evaluations started (`_conditionsDueLocked`): names the one whose task to keep.
+    @exclusivity(unchecked) var evaluationTicket: UInt64 = 0
     /// The job's exclusivity categories (the set it was given: no copy; `nil` for none, which costs
     /// the many side objects without categories nothing to destroy), and its place with them (see
     /// `_ExclusivityRegistry`): its ticket while it is in line (0 otherwise), whether it was made

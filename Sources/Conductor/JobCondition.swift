@@ -127,14 +127,15 @@ extension Job {
     func _conditionsDueLocked(_ actions: inout _Actions) {
         guard _admitted, let extras = _extras, !extras.conditionsEvaluating else { return }
         extras.conditionsEvaluating = true
+        extras.evaluationTicket &+= 1
         actions.evaluateConditions(of: self)
     }
 
     /// Evaluates the job's conditions in a task, concurrently, then makes it ready or cancels it.
     /// Called after unlocking.
     func _evaluateConditions() {
-        let (conditions, generation) = engineLock.withLock {
-            (_extras?.conditions ?? [], _extras?.conditionsGeneration ?? 0)
+        let (conditions, generation, ticket) = engineLock.withLock {
+            (_extras?.conditions ?? [], _extras?.conditionsGeneration ?? 0, _extras?.evaluationTicket ?? 0)
         }
         // Where no job's work runs, even when a `TaskJob`'s body made the conditions due: its task's
         // queue is not inherited, and `JobQueue.current` is `nil` in `evaluate(for:)`.
@@ -146,7 +147,7 @@ extension Job {
         }
         engineLock.lock()
         let finished = _state == .finished
-        if !finished, let extras = _extras, extras.conditionsEvaluating, extras.conditionsGeneration == generation {
+        if !finished, let extras = _extras, extras.conditionsEvaluating, extras.evaluationTicket == ticket {
             extras.conditionEvaluation = task
         }
         engineLock.unlock()

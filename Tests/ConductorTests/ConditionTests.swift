@@ -189,6 +189,42 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(job.cancellationReason == CancellationReason(code: .requested, detail: "gave up"))
     }
 
+    @Test(.timeLimit(.minutes(2)))
+    func anEvaluationThatAddsAConditionIsStillCancelledWithItsJob() async {
+        // The evaluation adds a condition at once, which makes it stale, often before the thread
+        // that started its task has recorded that task. The job's cancellation must cancel it all
+        // the same: otherwise it never returns, and keeps the job. A race, so many rounds.
+        let queue = JobQueue(name: "condition-stale", maxConcurrentJobCount: 2)
+        for round in 0..<2_000 {
+            let evaluating = Signal()
+            let sawCancellation = Signal()
+            let addedOne = Flag()
+            let job = BlockJob {}
+            job.addCondition(
+                BlockCondition(name: "adds one, then never answers") { job in
+                    if !addedOne.value {
+                        addedOne.set()
+                        job.addCondition(BlockCondition(name: "late") { _ in true })
+                    }
+                    evaluating.fire()
+                    do {
+                        try await Task.sleep(for: .seconds(3600))
+                    } catch {
+                        sawCancellation.fire()
+                        throw error
+                    }
+                    return true
+                })
+            await runOnDispatchThread { queue.addJob(job) }
+            await evaluating.wait()
+            job.cancel()
+            #expect(job.isFinished, "round \(round)")
+            // Hangs until the time limit if the evaluation's task was not cancelled.
+            await sawCancellation.wait()
+        }
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
     @Test func aConditionAddedWhileOthersAreEvaluatedIsEvaluatedToo() async {
         let queue = JobQueue(name: "condition-added-late")
         let evaluating = Signal()
