@@ -23,6 +23,25 @@ private struct NeedsLogin: JobCondition {
     }
 }
 
+/// A condition that runs `first`, fires `evaluating`, then waits until its task is cancelled, when
+/// it fires `sawCancellation` and throws: it never answers by itself.
+private func neverAnswering(
+    _ name: String, evaluating: Signal, sawCancellation: Signal,
+    first: @escaping @Sendable (Job) -> Void = { _ in }
+) -> BlockCondition {
+    BlockCondition(name: name) { job in
+        first(job)
+        evaluating.fire()
+        do {
+            try await Task.sleep(for: .seconds(3600))
+        } catch {
+            sawCancellation.fire()
+            throw error
+        }
+        return true
+    }
+}
+
 private func succeeded(_ job: Job) -> Bool {
     if case .succeeded? = job.outcome { true } else { false }
 }
@@ -169,17 +188,7 @@ private func succeeded(_ job: Job) -> Bool {
         let sawCancellation = Signal()
         let ran = Counter()
         let job = BlockJob { ran.increment() }
-        job.addCondition(
-            BlockCondition(name: "never") { _ in
-                evaluating.fire()
-                do {
-                    try await Task.sleep(for: .seconds(3600))
-                } catch {
-                    sawCancellation.fire()
-                    throw error
-                }
-                return true
-            })
+        job.addCondition(neverAnswering("never", evaluating: evaluating, sawCancellation: sawCancellation))
         queue.addJob(job)
         await evaluating.wait()
         job.cancel(reason: CancellationReason(code: .requested, detail: "gave up"))
@@ -200,21 +209,16 @@ private func succeeded(_ job: Job) -> Bool {
             let sawCancellation = Signal()
             let addedOne = Flag()
             let job = BlockJob {}
+            let addsOne: @Sendable (Job) -> Void = { job in
+                if !addedOne.value {
+                    addedOne.set()
+                    job.addCondition(BlockCondition(name: "late") { _ in true })
+                }
+            }
             job.addCondition(
-                BlockCondition(name: "adds one, then never answers") { job in
-                    if !addedOne.value {
-                        addedOne.set()
-                        job.addCondition(BlockCondition(name: "late") { _ in true })
-                    }
-                    evaluating.fire()
-                    do {
-                        try await Task.sleep(for: .seconds(3600))
-                    } catch {
-                        sawCancellation.fire()
-                        throw error
-                    }
-                    return true
-                })
+                neverAnswering(
+                    "adds one, then never answers", evaluating: evaluating, sawCancellation: sawCancellation,
+                    first: addsOne))
             await runOnDispatchThread { queue.addJob(job) }
             await evaluating.wait()
             job.cancel()
