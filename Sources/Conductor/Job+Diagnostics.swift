@@ -73,7 +73,7 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
     // MARK: Engine snapshots (call with engineLock held)
 
     /// Whether the job has a live entry in its queue's ready line (see `_readyTicket`).
-    var _isInLine: Bool { _readyTicket != 0 && _readyTicket < _DiagnosticClock.startStamp }
+    var _isInLine: Bool { _readyTicket != 0 && _readyTicket < _DiagnosticClock.heldMark }
 
     /// When the job started executing, if it is executing.
     var _startedAtLocked: UInt64? {

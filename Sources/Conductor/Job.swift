@@ -165,10 +165,12 @@ open class Job: @unchecked Sendable {
     /// which every worker and producer would otherwise contend on.
     @exclusivity(unchecked) var _queue: Unmanaged<JobQueue>?
     /// While the job is in its queue's ready line, its ticket there (non-zero, below
-    /// `_DiagnosticClock.startStamp`); from the moment it starts executing, the time it started,
-    /// with that bit set (`_startedAtLocked`). One field for both, because a job is never in line
-    /// and executing at once, and a separate one would move `BlockJob` to a larger malloc size class.
-    /// Tickets count up from 1 per queue and never reach the top bit.
+    /// `_DiagnosticClock.heldMark`); from the moment it starts executing, the time it started,
+    /// with `_DiagnosticClock.startStamp` set (`_startedAtLocked`); while it is held behind a
+    /// barrier, the number of the barrier's epoch, with `_DiagnosticClock.heldMark` set
+    /// (`JobQueue._epochHoldingLocked`). One field for the three, because a job is in at most one
+    /// of those places at once, and a separate one would move `BlockJob` to a larger malloc size
+    /// class. Tickets and epoch numbers count up from 1 per queue and never reach those bits.
     @exclusivity(unchecked) var _readyTicket: UInt64 = 0
     /// Links of the queue's insertion-ordered membership list. Not retained: the queue holds one
     /// manual retain per member (see `JobQueue._linkLocked`).

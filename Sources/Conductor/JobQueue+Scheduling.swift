@@ -39,8 +39,7 @@ extension JobQueue {
         _countJoiningLocked(job, &actions)
         _linkLocked(job)
         if let epoch = _epochs.last {
-            epoch.held.append(job)
-            _heldCount += 1
+            _holdLocked(job, in: epoch)
         } else {
             _admitLocked(job, inLine: inLine, &actions)
         }
@@ -91,12 +90,46 @@ extension JobQueue {
         }
     }
 
+    /// Holds `job`, a new member, behind `epoch`'s barrier, marked with the epoch's number.
+    func _holdLocked(_ job: Job, in epoch: _BarrierEpoch) {
+        epoch.held.append(job)
+        _heldCount += 1
+        job._readyTicket = _DiagnosticClock.heldMark | epoch.number
+    }
+
+    /// The epoch `job`, a member held behind a barrier, is held in. O(1): the job carries its
+    /// epoch's number, and the epochs' numbers are consecutive.
+    func _epochHoldingLocked(_ job: Job) -> _BarrierEpoch {
+        let number = job._readyTicket & ~_DiagnosticClock.heldMark
+        let index = _epochs.isEmpty ? -1 : Int(truncatingIfNeeded: number &- _epochs[0].number)
+        guard job._readyTicket & _DiagnosticClock.heldMark != 0, _epochs.indices.contains(index) else {
+            _trap("Conductor: '\(job._describeLocked)' is held behind no barrier of its queue")
+        }
+        return _epochs[index]
+    }
+
     /// Adds the dependencies `job`'s conditions generated to this queue, each unless it is already
     /// on a queue, started or finished (so two jobs sharing one generated dependency run it once).
+    ///
+    /// They join `job` where it is: admitted with it, or held behind the same barrier. Not behind
+    /// the newest barrier, as a job added now would be: a barrier added after `job` would then wait
+    /// for `job`, `job` for its generated dependency, and that for the barrier.
     func _enqueueGeneratedDependenciesLocked(of job: Job, _ extras: _JobExtras, _ actions: inout _Actions) {
+        _admitPushedLocked(&actions)
+        let epoch = job._admitted ? nil : _epochHoldingLocked(job)
         for dependency in extras.generatedDependencies
         where dependency._queue == nil && dependency._lifecycle.isUnstarted {
-            _ = _enqueueLocked(dependency, &actions)
+            dependency._queue = Unmanaged.passUnretained(self)
+            _countJoiningLocked(dependency, &actions)
+            _linkLocked(dependency)
+            if let epoch {
+                _holdLocked(dependency, in: epoch)
+            } else {
+                _admitLocked(dependency, &actions)
+            }
+            if let generated = dependency._extras, !generated.generatedDependencies.isEmpty {
+                _enqueueGeneratedDependenciesLocked(of: dependency, generated, &actions)
+            }
         }
     }
 
@@ -148,6 +181,7 @@ extension JobQueue {
                 _advanceEpochsLocked(&actions)
             }
         } else if !job._isBarrier {
+            job._readyTicket = 0
             _heldJobFinishedLocked(&actions)
         }
         if settlesNow {
@@ -198,6 +232,7 @@ extension JobQueue {
                     if job._state == .finished {
                         _heldFinished -= 1
                     } else {
+                        job._readyTicket = 0
                         _admitLocked(job, &actions)
                     }
                 }

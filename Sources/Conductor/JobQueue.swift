@@ -70,6 +70,9 @@ public final class JobQueue: @unchecked Sendable {
     @exclusivity(unchecked) var _activeUnfinished = 0
     /// Barriers not yet finished, oldest first, each with the jobs added after it.
     @exclusivity(unchecked) var _epochs: [_BarrierEpoch] = []
+    /// Barriers ever added: the number of the newest epoch. Consecutive epochs have consecutive
+    /// numbers, so a held job finds its own in O(1) (`_epochHoldingLocked`).
+    @exclusivity(unchecked) var _barriersAdded: UInt64 = 0
     /// Entries in the epochs' `held` lists, and how many of them finished (were cancelled) while
     /// held; the lists are compacted when those are many, as a job's cancelled dependents are.
     @exclusivity(unchecked) var _heldCount = 0
@@ -363,7 +366,8 @@ public final class JobQueue: @unchecked Sendable {
             job._queue = Unmanaged.passUnretained(queue)
             queue._countJoiningLocked(job, &actions)
             queue._linkLocked(job)
-            queue._epochs.append(_BarrierEpoch(barrier: job))
+            queue._barriersAdded += 1
+            queue._epochs.append(_BarrierEpoch(barrier: job, number: queue._barriersAdded))
             if queue._activeUnfinished == 0 {
                 queue._advanceEpochsLocked(&actions)
             }
@@ -597,11 +601,14 @@ public final class JobQueue: @unchecked Sendable {
 // `@exclusivity(unchecked)`, like `Job`'s own.
 final class _BarrierEpoch: @unchecked Sendable {
     let barrier: Job
+    /// Its place among the queue's barriers (`JobQueue._barriersAdded` when it was added).
+    let number: UInt64
     @exclusivity(unchecked) var held: [Job] = []
     @exclusivity(unchecked) var barrierAdmitted = false
 
-    init(barrier: Job) {
+    init(barrier: Job, number: UInt64) {
         self.barrier = barrier
+        self.number = number
     }
 }
 

@@ -24,6 +24,8 @@ enum _PreciseClock {
 enum _DiagnosticClock {
     /// Set in `Job._readyTicket` when it holds a start time rather than a ready ticket.
     static let startStamp: UInt64 = 1 << 63
+    /// Set in `Job._readyTicket` when it holds the number of the barrier epoch the job is held in.
+    static let heldMark: UInt64 = 1 << 62
 
     /// Nanoseconds since an arbitrary point, never decreasing, below `startStamp`.
     @inline(__always)
