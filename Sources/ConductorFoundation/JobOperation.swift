@@ -21,6 +21,9 @@ import Foundation
 /// - The job runs with `Job.start()` on the thread that starts the operation, outside any
 ///   `JobQueue`. A job that is already on a `JobQueue` cannot also run here: `Job.start()` traps,
 ///   naming the job and its queue.
+/// - Conditions and exclusivity categories need a `JobQueue`, which evaluates the first and waits
+///   for the second. `start()` traps on a job with either, saying so, even when a category happens
+///   to be free: run such a job on a `JobQueue`, and let operations depend on it there.
 /// - The operation's name, queue priority and quality of service are copied from the job when it
 ///   is created (see ``Conductor/JobPriority`` and `QualityOfService(_:)` for the mappings).
 /// - The job's unfinished dependencies at that moment become the operation's, each through a
@@ -85,39 +88,55 @@ public final class JobOperation: Operation, @unchecked Sendable {
     public override var isFinished: Bool { lifecycle.isFinished }
 
     /// Runs the job: reports executing, starts the job, and reports finished when the job has
-    /// finished. A cancelled operation reports finished without running the job.
+    /// finished. A cancelled operation reports finished without running the job. Traps if the job
+    /// still waits for a dependency or for its conditions, or has exclusivity categories.
     public override func start() {
         let cancelled = isCancelled
         guard lifecycle.start(self, isCancelled: cancelled, description: "JobOperation '\(job.displayName)'") else {
             return
         }
-        if job.state == .pending {
-            _trapJobNotReady()
+        if let problem = _startProblem() {
+            fatalError(problem)
         }
         job.start()
     }
 
-    /// `start()` found the job still waiting for dependencies. The operation waits for every
-    /// dependency the job had when it was wrapped, so this is a programming error: a dependency
-    /// added to the job afterwards, or the operation started by hand before it was ready.
-    private func _trapJobNotReady() -> Never {
+    /// Why the job cannot run here, if it cannot: it has exclusivity categories, or it still waits.
+    /// The operation waits for every dependency the job had when it was wrapped, so a job that
+    /// still waits is a programming error: a dependency added to the job afterwards, the operation
+    /// started by hand before it was ready, or conditions, which only a `JobQueue` evaluates.
+    private func _startProblem() -> String? {
+        let prefix = "JobOperation.start(): '\(job.displayName)'"
+        // Refused whether or not a category is free now, so that the error shows the first time,
+        // not only when another job happens to hold one.
+        let categories = job.exclusivityCategories
+        if !categories.isEmpty {
+            let names = categories.sorted().map { "'\($0)'" }.joined(separator: ", ")
+            return "\(prefix) has exclusivity categories (\(names)), which only a JobQueue waits for; an "
+                + "OperationQueue would start it while another job holds one. Add the job to a JobQueue (an "
+                + "operation can still depend on it: operation.addDependency(job))"
+        }
+        guard job.state == .pending else { return nil }
         let waiting = job.dependencies.filter { !$0.isFinished }
         // The jobs this operation waits for: the proxies made in `init`, and any added with
         // `addDependency(_:)` since.
         let awaited = dependencies.compactMap { ($0 as? _JobFinishedOperation)?.awaitedJob }
         let late = waiting.filter { dependency in !awaited.contains { $0 === dependency } }
         let names = { (jobs: [Job]) in jobs.map { "'\($0.displayName)'" }.joined(separator: ", ") }
-        let prefix = "JobOperation.start(): '\(job.displayName)'"
         if !late.isEmpty {
-            fatalError(
-                "\(prefix) waits for \(names(late)): dependencies added to the job after it was wrapped, which "
-                    + "the operation does not wait for; add them before wrapping the job, or to the operation as "
-                    + "well (operation.addDependency(job))")
+            return "\(prefix) waits for \(names(late)): dependencies added to the job after it was wrapped, "
+                + "which the operation does not wait for; add them before wrapping the job, or to the operation "
+                + "as well (operation.addDependency(job))"
         }
-        let what = waiting.isEmpty ? "its dependencies" : names(waiting)
-        fatalError(
-            "\(prefix) waits for \(what): the operation was started before it was ready; let an "
-                + "OperationQueue start it, or call start() only once isReady is true")
+        if !waiting.isEmpty {
+            return "\(prefix) waits for \(names(waiting)): the operation was started before it was ready; let an "
+                + "OperationQueue start it, or call start() only once isReady is true"
+        }
+        // No dependency left (the last may have finished just now, if started by hand): what still
+        // holds the job is its conditions.
+        guard job.state == .pending else { return nil }
+        return "\(prefix) has conditions, which only a JobQueue evaluates; an OperationQueue cannot run it. "
+            + "Add the job to a JobQueue (an operation can still depend on it: operation.addDependency(job))"
     }
 
     /// Cancels the operation and its job.

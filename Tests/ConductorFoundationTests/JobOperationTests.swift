@@ -333,6 +333,33 @@ struct JobOperationTests {
         #expect(!message.contains("after it was wrapped"))
     }
 
+    @Test("start() on a job with conditions traps, saying that only a JobQueue evaluates them")
+    func jobWithConditionsTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "conditional"
+            job.addCondition(BlockCondition(name: "online") { _ in true })
+            JobOperation(job).start()
+        }
+        let message = standardErrorText(result)
+        #expect(message.contains("JobOperation.start(): 'conditional' has conditions, which only a JobQueue evaluates"))
+        #expect(!message.contains("waits for"))
+    }
+
+    @Test("start() on a job with exclusivity categories traps, naming them, even when they are free")
+    func jobWithCategoriesTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let job = BlockJob {}
+            job.name = "exclusive"
+            job.exclusivityCategories = ["printer", "disk"]
+            JobOperation(job).start()
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "JobOperation.start(): 'exclusive' has exclusivity categories ('disk', 'printer'), which only a JobQueue waits for"
+            ))
+    }
+
     @Test("starting a JobOperation twice traps, naming the job")
     func startingTwiceTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
