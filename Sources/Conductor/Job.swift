@@ -167,8 +167,8 @@ open class Job: @unchecked Sendable {
     /// While the job is in its queue's ready line, its ticket there (non-zero, below
     /// `_DiagnosticClock.heldMark`); from the moment it starts executing, the time it started,
     /// with `_DiagnosticClock.startStamp` set (`_startedAtLocked`); while it is held behind a
-    /// barrier, the number of the barrier's epoch, with `_DiagnosticClock.heldMark` set
-    /// (`JobQueue._epochHoldingLocked`). One field for the three, because a job is in at most one
+    /// barrier (or is a barrier not yet admitted), the number of that barrier's epoch, with
+    /// `_DiagnosticClock.heldMark` set (`JobQueue._epochIndexLocked`). One field for the three, because a job is in at most one
     /// of those places at once, and a separate one would move `BlockJob` to a larger malloc size
     /// class. Tickets and epoch numbers count up from 1 per queue and never reach those bits.
     @exclusivity(unchecked) var _readyTicket: UInt64 = 0

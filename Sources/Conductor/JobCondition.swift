@@ -24,7 +24,7 @@ public protocol JobCondition: Sendable {
     /// for none. Called once, when the condition is added. The job gains it as a dependency, and
     /// the engine adds it to the job's queue when the job is added (at once if the job is already
     /// on one), unless it is already on a queue, started or finished. So two jobs whose conditions
-    /// return the same job share it, and it runs once. On the queue it goes where its job is, so a
+    /// return the same job share it, and it runs once. On the queue it goes no later than its job, so a
     /// barrier added after the job waits for it too, and one the job waits behind holds it too.
     func dependency(for job: Job) -> Job?
 

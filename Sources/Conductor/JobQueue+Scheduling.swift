@@ -97,34 +97,56 @@ extension JobQueue {
         job._readyTicket = _DiagnosticClock.heldMark | epoch.number
     }
 
-    /// The epoch `job`, a member held behind a barrier, is held in. O(1): the job carries its
-    /// epoch's number, and the epochs' numbers are consecutive.
-    func _epochHoldingLocked(_ job: Job) -> _BarrierEpoch {
+    /// Where `job`, a member, stands among the barrier epochs: -1 if admitted, else the index in
+    /// `_epochs` of the epoch it is held in (for a barrier not yet admitted, its own). O(1): a held
+    /// job, and a barrier, carries its epoch's number, and the epochs' numbers are consecutive.
+    func _epochIndexLocked(of job: Job) -> Int {
+        if job._admitted { return -1 }
         let number = job._readyTicket & ~_DiagnosticClock.heldMark
         let index = _epochs.isEmpty ? -1 : Int(truncatingIfNeeded: number &- _epochs[0].number)
         guard job._readyTicket & _DiagnosticClock.heldMark != 0, _epochs.indices.contains(index) else {
             _trap("Conductor: '\(job._describeLocked)' is held behind no barrier of its queue")
         }
-        return _epochs[index]
+        return index
     }
 
-    /// Adds the dependencies `job`'s conditions generated to this queue, each unless it is already
-    /// on a queue, started or finished (so two jobs sharing one generated dependency run it once).
+    /// Adds the dependencies `job`'s conditions generated to this queue, each unless it is on
+    /// another queue, started or finished (so two jobs sharing one generated dependency run it once).
     ///
-    /// They join `job` where it is: admitted with it, or held behind the same barrier. Not behind
-    /// the newest barrier, as a job added now would be: a barrier added after `job` would then wait
-    /// for `job`, `job` for its generated dependency, and that for the barrier.
+    /// They join no later than `job`: admitted if `job` is, or held behind `job`'s barrier (for a
+    /// barrier, behind the one before it). Not behind the newest barrier, as a job added now would
+    /// be: a barrier added after `job` would then wait for `job`, `job` for its generated
+    /// dependency, and that for the barrier. One already held here behind a later barrier (generated
+    /// first for a later job) moves to `job`'s place, and so do the ones it generated.
+    ///
+    /// - Complexity: O(1) per generated dependency, except a move, which finds the job in its
+    ///   epoch's list: O(that list), at most once per barrier a job moves past.
     func _enqueueGeneratedDependenciesLocked(of job: Job, _ extras: _JobExtras, _ actions: inout _Actions) {
         _admitPushedLocked(&actions)
-        let epoch = job._admitted ? nil : _epochHoldingLocked(job)
-        for dependency in extras.generatedDependencies
-        where dependency._queue == nil && dependency._lifecycle.isUnstarted {
-            dependency._queue = Unmanaged.passUnretained(self)
-            _countJoiningLocked(dependency, &actions)
-            _linkLocked(dependency)
-            if let epoch {
-                _holdLocked(dependency, in: epoch)
+        var target = _epochIndexLocked(of: job)
+        if job._isBarrier && !job._admitted {
+            target -= 1
+        }
+        for dependency in extras.generatedDependencies where dependency._lifecycle.isUnstarted {
+            if dependency._queue == nil {
+                dependency._queue = Unmanaged.passUnretained(self)
+                _countJoiningLocked(dependency, &actions)
+                _linkLocked(dependency)
+            } else if dependency._queue?.toOpaque() == Unmanaged.passUnretained(self).toOpaque(),
+                !dependency._isBarrier, case let current = _epochIndexLocked(of: dependency), current > target
+            {
+                let epoch = _epochs[current]
+                let position = epoch.held.firstIndex { $0 === dependency }!
+                // Not the last reference: the membership list and `job`'s edge hold it too.
+                epoch.held.remove(at: position)
+                _heldCount -= 1
             } else {
+                continue
+            }
+            if target >= 0 {
+                _holdLocked(dependency, in: _epochs[target])
+            } else {
+                dependency._readyTicket = 0
                 _admitLocked(dependency, &actions)
             }
             if let generated = dependency._extras, !generated.generatedDependencies.isEmpty {
@@ -221,6 +243,7 @@ extension JobQueue {
         while _activeUnfinished == 0, let epoch = _epochs.first {
             if !epoch.barrierAdmitted {
                 epoch.barrierAdmitted = true
+                epoch.barrier._readyTicket = 0
                 _admitLocked(epoch.barrier, &actions)
             } else {
                 _epochs.removeFirst()

@@ -71,7 +71,7 @@ public final class JobQueue: @unchecked Sendable {
     /// Barriers not yet finished, oldest first, each with the jobs added after it.
     @exclusivity(unchecked) var _epochs: [_BarrierEpoch] = []
     /// Barriers ever added: the number of the newest epoch. Consecutive epochs have consecutive
-    /// numbers, so a held job finds its own in O(1) (`_epochHoldingLocked`).
+    /// numbers, so a held job finds its own in O(1) (`_epochIndexLocked`).
     @exclusivity(unchecked) var _barriersAdded: UInt64 = 0
     /// Entries in the epochs' `held` lists, and how many of them finished (were cancelled) while
     /// held; the lists are compacted when those are many, as a job's cancelled dependents are.
@@ -368,6 +368,8 @@ public final class JobQueue: @unchecked Sendable {
             queue._linkLocked(job)
             queue._barriersAdded += 1
             queue._epochs.append(_BarrierEpoch(barrier: job, number: queue._barriersAdded))
+            // Marked as a held job is, with its own epoch's number (`_epochIndexLocked`).
+            job._readyTicket = _DiagnosticClock.heldMark | queue._barriersAdded
             if queue._activeUnfinished == 0 {
                 queue._advanceEpochsLocked(&actions)
             }

@@ -108,9 +108,10 @@ public final class JobOperation: Operation, @unchecked Sendable {
     private func _startProblem() -> String? {
         let prefix = "JobOperation.start(): '\(job.displayName)'"
         // Refused whether or not a category is free now, so that the error shows the first time,
-        // not only when another job happens to hold one.
+        // not only when another job happens to hold one. Not for a job already finished (cancelled
+        // as the operation starts): `job.start()` does nothing for it, or says it has finished.
         let categories = job.exclusivityCategories
-        if !categories.isEmpty {
+        if !categories.isEmpty && !job.isFinished {
             let names = categories.sorted().map { "'\($0)'" }.joined(separator: ", ")
             return "\(prefix) has exclusivity categories (\(names)), which only a JobQueue waits for; an "
                 + "OperationQueue would start it while another job holds one. Add the job to a JobQueue (an "

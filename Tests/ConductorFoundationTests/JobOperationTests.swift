@@ -360,6 +360,30 @@ struct JobOperationTests {
             ))
     }
 
+    @Test("a job with categories cancelled as its operation starts does not trap: it has finished")
+    func jobWithCategoriesCancelledAsItsOperationStartsDoesNotTrap() async {
+        // The job is cancelled on another thread, and the operation started before the job's
+        // `.cancelled` observers have told it: an observer registered first holds the delivery.
+        await #expect(processExitsWith: .success) {
+            let job = BlockJob {}
+            job.exclusivityCategories = ["printer"]
+            let entered = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            job.observe { event in
+                if event == .cancelled {
+                    entered.signal()
+                    release.wait()  // on the canceller's Dispatch thread
+                }
+            }
+            let operation = JobOperation(job)
+            DispatchQueue(label: "canceller").async { job.cancel() }
+            await waitForSignals(entered)
+            await runOnDispatchThread { operation.start() }
+            release.signal()
+            await runOnDispatchThread { operation.waitUntilFinished() }
+        }
+    }
+
     @Test("starting a JobOperation twice traps, naming the job")
     func startingTwiceTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
