@@ -55,7 +55,8 @@ public enum Backoff: Sendable, Equatable {
 /// Each attempt is a fresh job from `makeAttempt`, called with 1 for the first. The retry job holds
 /// one slot of its queue from its first attempt to its last, and starts each attempt itself (as
 /// ``Job/start()`` does), so an attempt counts in no queue's limit of its own: give `makeAttempt` a
-/// job that is on no queue, waits for nothing and has no exclusivity categories (give those to the
+/// job that is on no queue, waits for nothing (no dependency, no condition) and has no exclusivity
+/// categories (give those to the
 /// retry job). Otherwise the retry job fails with ``JobError/Code/invalidAttempt`` and leaves that
 /// job alone.
 ///
@@ -63,7 +64,7 @@ public enum Backoff: Sendable, Equatable {
 /// `shouldRetry(error)` returns `true`. Its ``Job/outcome`` is the last attempt's: succeeded, failed
 /// with the last error, or cancelled with the attempt's reason. Cancelling the retry job cancels the
 /// attempt in flight (with ``CancellationReason/Code/parentCancelled``) or the pending wait; its
-/// outcome is then `.cancelled` with its own reason.
+/// outcome is then `.cancelled` with its own reason, even if the attempt then fails.
 ///
 /// `makeAttempt` and `shouldRetry` run with no lock held, never two at once for one retry job:
 /// `makeAttempt(1)` on the thread that started the retry job, `shouldRetry` on the thread that saw
@@ -207,7 +208,11 @@ public final class RetryJob: Job, @unchecked Sendable {
             if !cancelled { cancel(reason: reason) }
             end()
         case .failed(let error)?:
-            guard !cancelled, number < maxAttempts, let retry, retry(error) else {
+            // Cancelled, the retry job keeps its own reason, as a group does over its children's
+            // failures: an attempt that answers its cancellation by failing (a cancelled network
+            // call's own error) does not make the retry job fail.
+            if cancelled { return end() }
+            guard number < maxAttempts, let retry, retry(error) else {
                 return end(failure: error)
             }
             scheduleAttempt(number + 1)
@@ -219,8 +224,11 @@ public final class RetryJob: Job, @unchecked Sendable {
     private func scheduleAttempt(_ number: Int) {
         let delay = backoff.delay(beforeAttempt: number)
         let timer = DispatchSource.makeTimerSource(queue: .global(qos: qualityOfService))
-        timer.setEventHandler { [weak self] in
-            guard let self else { return timer.cancel() }
+        // Holds the retry job strongly: during the wait nothing else may (started by hand, it has
+        // no queue, and no attempt's observer holds it), and freed while executing it would never
+        // finish. The cycle (job, timer, handler) ends when the handler runs or `cancel()` or the
+        // never-armed path below cancels the timer, which releases the handler.
+        timer.setEventHandler { [self] in
             engineLock.lock()
             let due = delayTimer.map { $0 as AnyObject } === timer as AnyObject
             if due { delayTimer = nil }
@@ -257,8 +265,8 @@ public final class RetryJob: Job, @unchecked Sendable {
 
 extension Job {
     /// Why this job cannot be a ``RetryJob``'s attempt, or `nil` if it can: it must be on no queue,
-    /// not started or finished, wait for nothing, and have no exclusivity categories. Call with
-    /// `engineLock` held.
+    /// not started or finished, wait for nothing (no dependency, no condition), and have no
+    /// exclusivity categories. Call with `engineLock` held.
     func _attemptProblemLocked() -> String? {
         do {
             if let queue = _queue?.takeUnretainedValue() {
@@ -269,6 +277,8 @@ extension Job {
             }
             switch _state {
             case .ready: return nil
+            case .pending where _lifecycle.waits.dependencies == 0:
+                return "has conditions (only a queue evaluates them)"
             case .pending: return "waits for \(_unfinishedDependenciesLocked)"
             case .executing: return "has already started"
             case .finished: return _isCancelled ? "was cancelled before it started" : "has already finished"

@@ -127,6 +127,57 @@ private func jobError(of job: Job) -> JobError? {
         #expect(retry.attemptCount == 1)
     }
 
+    @Test func aCancelledRetryJobWhoseAttemptThenFailsKeepsItsOwnReason() async {
+        // The attempt answers its cancellation by failing with its own error, as a cancelled
+        // network call does. Until 2026-11-25 the retry job then failed with that error.
+        struct Aborted: Error {}
+        let queue = JobQueue(name: "retry-cancel-then-fail")
+        let started = Signal()
+        let made = Log<Int>()
+        let retry = RetryJob(maxAttempts: 3) { number in
+            made.append(number)
+            return AsyncBlockJob { job in
+                job.observe { event in if event == .cancelled { job.finish(throwing: Aborted()) } }
+                if job.isCancelled { job.finish(throwing: Aborted()) }
+                started.fire()
+            }
+        }
+        queue.addJob(retry)
+        await started.wait()
+        retry.cancel(reason: CancellationReason(code: .requested, detail: "stop"))
+        await retry.waitUntilFinished()
+        #expect(made.values == [1])
+        #expect(retry.cancellationReason == CancellationReason(code: .requested, detail: "stop"))
+        if case .cancelled? = retry.outcome {} else { Issue.record("outcome \(String(describing: retry.outcome))") }
+    }
+
+    @Test func aRetryJobStartedByHandIsKeptDuringItsBackoffWait() async {
+        // Nothing else holds a retry job started by hand while it waits: not a queue, not an
+        // attempt's observer. Until 2026-11-25 the wait's timer held it weakly, so it was freed
+        // while executing, and its completion block never ran.
+        let made = Log<Int>()
+        let completed = Flag()
+        let retry: WeakReference<RetryJob> = await runOnDispatchThread {
+            let retry = RetryJob(maxAttempts: 2, backoff: .constant(.seconds(3600))) { number in
+                attempt(number, succeeds: false, made: made)
+            }
+            retry.completionBlock = { completed.set() }
+            // Attempt 1 runs and fails on this thread, and the wait is armed, before start() returns.
+            retry.start()
+            return WeakReference(retry)
+        }
+        #expect(made.values == [1])
+        guard let waiting = retry.object else {
+            Issue.record("the retry job was freed during its backoff wait, while executing")
+            return
+        }
+        #expect(waiting.state == .executing)
+        waiting.cancel()
+        await waiting.waitUntilFinished()
+        #expect(completed.value)
+        #expect(made.values == [1])
+    }
+
     @Test func anAttemptCancelledOnItsOwnGivesTheRetryJobItsReason() async {
         // The attempt honours cancellation and runs out of time; it is not retried.
         let queue = JobQueue(name: "retry-timeout")
@@ -225,6 +276,25 @@ private func jobError(of job: Job) -> JobError? {
         guard let error = jobError(of: retry) else { return }
         #expect(error.code == .invalidAttempt)
         #expect(error.description.contains("'exclusive attempt', which has exclusivity categories"))
+    }
+
+    @Test func anAttemptWithAConditionIsRefusedSayingSo() async {
+        // A job with conditions is pending with no dependency; until 2026-11-25 the message read
+        // "which waits for 0 unfinished dependencies: ".
+        let queue = JobQueue(name: "retry-conditional")
+        let retry = RetryJob(maxAttempts: 2) { _ in
+            let job = BlockJob {}
+            job.name = "conditional attempt"
+            job.addCondition(BlockCondition(name: "always") { _ in true })
+            return job
+        }
+        queue.addJob(retry)
+        await retry.waitUntilFinished()
+        guard let error = jobError(of: retry) else { return }
+        #expect(error.code == .invalidAttempt)
+        #expect(
+            error.description.contains(
+                "'conditional attempt', which has conditions (only a queue evaluates them); return a new job"))
     }
 
     @Test func aRetryJobCancelledWhileShouldRetryRunsEndsAndIsFreed() async {
