@@ -168,9 +168,10 @@ open class Job: @unchecked Sendable {
     /// `_DiagnosticClock.heldMark`); from the moment it starts executing, the time it started,
     /// with `_DiagnosticClock.startStamp` set (`_startedAtLocked`); while it is held behind a
     /// barrier (or is a barrier not yet admitted), the number of that barrier's epoch, with
-    /// `_DiagnosticClock.heldMark` set (`JobQueue._epochIndexLocked`). One field for the three, because a job is in at most one
-    /// of those places at once, and a separate one would move `BlockJob` to a larger malloc size
-    /// class. Tickets and epoch numbers count up from 1 per queue and never reach those bits.
+    /// `_DiagnosticClock.heldMark` set (`JobQueue._epochIndexLocked`). One field for the three,
+    /// because a job is in at most one of those places at once, and a separate one would move
+    /// `BlockJob` to a larger malloc size class. Tickets and epoch numbers count up from 1 per
+    /// queue and never reach those bits. Once the job has finished, nothing reads it.
     @exclusivity(unchecked) var _readyTicket: UInt64 = 0
     /// Links of the queue's insertion-ordered membership list. Not retained: the queue holds one
     /// manual retain per member (see `JobQueue._linkLocked`).

@@ -132,15 +132,7 @@ extension JobQueue {
                 dependency._queue = Unmanaged.passUnretained(self)
                 _countJoiningLocked(dependency, &actions)
                 _linkLocked(dependency)
-            } else if dependency._queue?.toOpaque() == Unmanaged.passUnretained(self).toOpaque(),
-                !dependency._isBarrier, case let current = _epochIndexLocked(of: dependency), current > target
-            {
-                let epoch = _epochs[current]
-                let position = epoch.held.firstIndex { $0 === dependency }!
-                // Not the last reference: the membership list and `job`'s edge hold it too.
-                epoch.held.remove(at: position)
-                _heldCount -= 1
-            } else {
+            } else if !_unholdLocked(dependency, ifLaterThan: target) {
                 continue
             }
             if target >= 0 {
@@ -153,6 +145,25 @@ extension JobQueue {
                 _enqueueGeneratedDependenciesLocked(of: dependency, generated, &actions)
             }
         }
+    }
+
+    /// If `job` is held here in a later epoch than `target` (an index in `_epochs`, -1 for the
+    /// admitted jobs), takes it out of that epoch's list, to be placed again; otherwise `false`.
+    ///
+    /// - Complexity: O(that epoch's list).
+    private func _unholdLocked(_ job: Job, ifLaterThan target: Int) -> Bool {
+        guard job._queue?.toOpaque() == Unmanaged.passUnretained(self).toOpaque(), !job._isBarrier else {
+            return false
+        }
+        let current = _epochIndexLocked(of: job)
+        guard current > target else { return false }
+        guard let position = _epochs[current].held.firstIndex(where: { $0 === job }) else {
+            _trap("Conductor: '\(job._describeLocked)' is marked as held behind a barrier that does not hold it")
+        }
+        // Not the last reference: the membership list and the dependent's edge hold it too.
+        _epochs[current].held.remove(at: position)
+        _heldCount -= 1
+        return true
     }
 
     // MARK: Ready entries (the queue is their only owner)
@@ -203,7 +214,6 @@ extension JobQueue {
                 _advanceEpochsLocked(&actions)
             }
         } else if !job._isBarrier {
-            job._readyTicket = 0
             _heldJobFinishedLocked(&actions)
         }
         if settlesNow {
