@@ -71,6 +71,12 @@ final class _JobExtras: @unchecked Sendable {
     @exclusivity(unchecked) var timer: AnyObject?
     /// What the job's work is blocked on in `waitUntil…` calls, while it is (diagnostics).
     @exclusivity(unchecked) var blockedOn: [_BlockedOn] = []
+    /// For a ``RetryJob``'s attempt: the retry job, which waits for it (`Job._isWaitedForLocked`,
+    /// `Job._isAttemptLocked`). Strong, so that a load under the lock never returns the last
+    /// reference: the field goes with the side object once the attempt has settled (a finished
+    /// job keeps none of it), and the side object is released after unlocking. The cycle with the
+    /// retry job's `current` ends then.
+    @exclusivity(unchecked) var retryJob: Job?
 
     /// Whether finishing has user code to run (observers, a completion block) or must go through the
     /// delivery already running on another thread, so that events keep their order.
@@ -210,6 +216,11 @@ extension Job {
                 "Job.waitUntilFinished(): called on the main queue for '\(_describeLocked)', which has not started"
             )
         }
+        if let retryJob = self as? RetryJob, retryJob._waitsForTheMainQueueLocked {
+            JobQueue._trapIfOnTheMainQueueLocked(
+                "Job.waitUntilFinished(): called on the main queue for '\(_describeLocked)', a retry job waiting out its backoff, \(JobQueue._retryWaitProblem)"
+            )
+        }
         let semaphore = DispatchSemaphore(value: 0)
         _extrasLocked.waiters.append(.semaphore(semaphore))
         let waiter = Job._beginBlockedWaitLocked(on: .job(self))
@@ -238,9 +249,10 @@ extension Job {
         Job._endBlockedWait(of: waiter, on: self)
     }
 
-    /// Traps, after unlocking, when the caller is this job's own work: a synchronous job's
-    /// `execute()` on this thread, or a ``TaskJob``'s body in the current task. Call with
-    /// `engineLock` held, for a job that has not settled.
+    /// Traps, after unlocking, when the caller is this job's own work (a synchronous job's
+    /// `execute()` on this thread, or a ``TaskJob``'s body in the current task), or the work of one
+    /// of its attempts if it is a ``RetryJob``. Call with `engineLock` held, for a job that has not
+    /// settled.
     private func _trapIfWaitingForItselfLocked(blocking: Bool) {
         if blocking, _ThreadContext.delivering === self {
             let name = _describeLocked
@@ -249,10 +261,21 @@ extension Job {
                 "Job.waitUntilFinished(): '\(name)' is waited for from its own observer or completion block; its waiters are woken only after those return, so it would never return"
             )
         }
-        guard _ThreadContext.job === self || _TaskRunner.bodyJobOfCurrentTaskLocked() === self else { return }
+        let caller: Job
+        if let job = _ThreadContext.job, job === self || job._isAttemptLocked(of: self) {
+            caller = job
+        } else if let job = _TaskRunner.bodyJobOfCurrentTaskLocked(), job === self || job._isAttemptLocked(of: self) {
+            caller = job
+        } else {
+            return
+        }
         let name = _describeLocked
+        let message =
+            caller === self
+            ? "Job.waitUntilFinished(): '\(name)' waits for itself from its own work; it would never return"
+            : "Job.waitUntilFinished(): '\(name)' is waited for from its attempt '\(caller._describeLocked)', which it waits for; it would never return"
         engineLock.unlock()
-        _trap("Job.waitUntilFinished(): '\(name)' waits for itself from its own work; it would never return")
+        _trap(message)
     }
 
     // MARK: Delivery

@@ -249,10 +249,13 @@ open class Job: @unchecked Sendable {
         }
         _beginExecutingLocked(&actions)
         let elsewhere = _runsElsewhere
+        let isAttempt = elsewhere && _extras?.retryJob != nil
         engineLock.unlock()
         actions.perform()
         if elsewhere {
-            return _executeOnExecutionQueue(queue: nil)
+            // A retry job's attempt sees the retry job's queue as `JobQueue.current` there too, as
+            // it does when it runs here (the retry job starts it in that context).
+            return _executeOnExecutionQueue(queue: isAttempt ? JobQueue.current : nil)
         }
 
         let previousJob = _ThreadContext.job

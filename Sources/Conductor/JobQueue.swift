@@ -137,6 +137,9 @@ public final class JobQueue: @unchecked Sendable {
     /// reads it without retaining it (the group has a side table for its weak references, which
     /// makes each retain and release of it a slow one).
     @exclusivity(unchecked) var _countingGroupRetain: Unmanaged<GroupJob>?
+    /// The queue's ``RetryJob``s waiting out a backoff whose next attempt can run only on the main
+    /// queue: a blocking wait on the main queue for the queue traps while there are any.
+    @exclusivity(unchecked) var _retryWaitsOnTheMainQueue = 0
 
     /// `_countingGroupRetain`'s group, retained. Call with `engineLock` held.
     var _countingGroup: GroupJob? {
@@ -473,6 +476,11 @@ public final class JobQueue: @unchecked Sendable {
                 "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while '\(_displayNameLocked)' has jobs that have not started"
             )
         }
+        if _retryWaitsOnTheMainQueue > 0 {
+            JobQueue._trapIfOnTheMainQueueLocked(
+                "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while '\(_displayNameLocked)' has a retry job waiting out its backoff, \(JobQueue._retryWaitProblem)"
+            )
+        }
         let semaphore = DispatchSemaphore(value: 0)
         _waiters.append(.semaphore(semaphore))
         let waiter = Job._beginBlockedWaitLocked(on: .queue(self))
@@ -518,10 +526,10 @@ public final class JobQueue: @unchecked Sendable {
                 "JobQueue.waitUntilAllJobsAreFinished(): called from an observer or completion block of '\(jobName)' on '\(name)'; the queue waits for that job, which settles only after those return, so it would never return"
             )
         }
-        let bodyJobQueue = _TaskRunner.bodyJobOfCurrentTaskLocked()?._queue?.toOpaque()
-        guard _ThreadContext.queue === self || bodyJobQueue == Unmanaged.passUnretained(self).toOpaque() else {
-            return
-        }
+        guard
+            _ThreadContext.queue === self
+                || _TaskRunner.bodyJobOfCurrentTaskLocked()?._isWaitedForLocked(by: self) == true
+        else { return }
         let name = _displayNameLocked
         engineLock.unlock()
         _trap(
@@ -534,16 +542,27 @@ public final class JobQueue: @unchecked Sendable {
     /// queue that have not started, which start only on the main queue (`_startsOnMainQueueLocked`)
     /// that the wait would block. Call with `engineLock` held, off the hot path.
     func _trapIfBlockingTheMainQueueLocked(_ problem: @autoclosure () -> String) {
+        JobQueue._trapIfOnTheMainQueueLocked(
+            "\(problem()); the jobs of '\(_displayNameLocked)' start only on the main queue (its underlyingQueue), which this wait blocks, so it would return only if another thread cancelled them or moved the queue off the main queue. Wait from another thread, or with an async wait (await)"
+        )
+    }
+
+    /// Traps with `message`, after unlocking, when called on the main queue, or on the main thread
+    /// (which runs it, or will once the program calls `dispatchMain()`). Call with `engineLock`
+    /// held, off the hot path.
+    static func _trapIfOnTheMainQueueLocked(_ message: @autoclosure () -> String) {
         guard DispatchQueue.getSpecific(key: JobQueue._mainQueueMark) == true || conductor_is_main_thread() != 0 else {
             return
         }
-        let message = problem()
-        let name = _displayNameLocked
+        let text = message()
         engineLock.unlock()
-        _trap(
-            "\(message); the jobs of '\(name)' start only on the main queue (its underlyingQueue), which this wait blocks, so it would return only if another thread cancelled them or moved the queue off the main queue. Wait from another thread, or with an async wait (await)"
-        )
+        _trap(text)
     }
+
+    /// Why a blocking wait on the main queue for a ``RetryJob`` waiting out its backoff, whose next
+    /// attempt runs there, would not return.
+    static let _retryWaitProblem =
+        "whose next attempt runs only on the main queue, which this wait blocks, so it would return only if another thread cancelled the retry job. Wait from another thread, or with an async wait (await)"
 
     /// `addJobs(_:waitUntilFinished: true)`: traps if the wait would block the main queue that
     /// `jobs` need to start. Checked before any is added: none would start before the wait (an

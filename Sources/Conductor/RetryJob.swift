@@ -66,10 +66,17 @@ public enum Backoff: Sendable, Equatable {
 /// attempt in flight (with ``CancellationReason/Code/parentCancelled``) or the pending wait; its
 /// outcome is then `.cancelled` with its own reason, even if the attempt then fails.
 ///
+/// Every attempt runs where the retry job's own work runs: its ``Job/executionQueue`` if it has
+/// one, otherwise its queue's workers' Dispatch queue (on ``JobQueue/main``, the main queue). Inside
+/// an attempt, ``JobQueue/current`` is the retry job's queue.
+///
 /// `makeAttempt` and `shouldRetry` run with no lock held, never two at once for one retry job:
 /// `makeAttempt(1)` on the thread that started the retry job, `shouldRetry` on the thread that saw
-/// an attempt fail, and each later `makeAttempt` on a Dispatch thread once the backoff's wait is
-/// over.
+/// an attempt fail, and each later `makeAttempt` there once the backoff's wait is over.
+///
+/// An attempt must not wait for its retry job, or for the retry job's queue: the retry job waits
+/// for it, and those waits trap. A blocking wait on the main queue for a retry job whose attempts
+/// run there, or for its queue, traps while the retry job waits out its backoff.
 public final class RetryJob: Job, @unchecked Sendable {
     // @unchecked Sendable: the settings are immutable and Sendable; `pending` and the closures are
     // guarded by `engineLock` (and only read or changed while holding it), and so
@@ -88,6 +95,14 @@ public final class RetryJob: Job, @unchecked Sendable {
     @exclusivity(unchecked) private var attemptsMade = 0
     /// The queue that runs the retry job, for `JobQueue.current` inside later attempts.
     @exclusivity(unchecked) private weak var runningQueue: JobQueue?
+    /// Where the attempts after the first run: where the retry job's own work ran (its
+    /// `executionQueue`, or its queue's workers' Dispatch queue); `nil` for a global queue.
+    @exclusivity(unchecked) private var attemptTarget: DispatchQueue?
+    /// While the pending wait's next attempt can run only on the main queue: `true`, and the queue
+    /// that counts the wait in `_retryWaitsOnTheMainQueue` (none for a retry job on no queue), for
+    /// the traps of blocking waits on the main queue.
+    @exclusivity(unchecked) private var waitsForTheMainQueue = false
+    @exclusivity(unchecked) private var countingQueue: JobQueue?
 
     /// Creates a retry job. `maxAttempts` below 1 counts as 1.
     public init(
@@ -125,9 +140,16 @@ public final class RetryJob: Job, @unchecked Sendable {
 
     public override func execute() {
         let queue = JobQueue.current
-        engineLock.withLock { runningQueue = queue }
+        engineLock.withLock {
+            runningQueue = queue
+            attemptTarget = _extras?.executionQueue ?? _queue?.takeUnretainedValue()._dispatchTargetLocked
+        }
         startAttempt(1)
     }
+
+    /// Whether the retry job is waiting out its backoff and its next attempt can run only on the
+    /// main queue (a blocking wait there for it would never return). Call with `engineLock` held.
+    var _waitsForTheMainQueueLocked: Bool { waitsForTheMainQueue }
 
     public override func cancel() {
         super.cancel()
@@ -135,8 +157,13 @@ public final class RetryJob: Job, @unchecked Sendable {
         let attempt = current
         let timer = delayTimer
         delayTimer = nil
-        if timer != nil { current = nil }
+        var counting: JobQueue?
+        if timer != nil {
+            current = nil
+            counting = _endWaitLocked()
+        }
         engineLock.unlock()
+        _ = counting
         if let timer {
             // The wait was pending: no attempt is in flight, so the retry job ends now.
             timer.cancel()
@@ -176,6 +203,7 @@ public final class RetryJob: Job, @unchecked Sendable {
             return end(failure: JobError(code: .invalidAttempt, jobs: [self, attempt], situation: problem))
         }
         _ = attempt._observeLocked(handler)
+        attempt._extrasLocked.retryJob = self
         attemptsMade = number
         current = attempt
         let queue = runningQueue
@@ -219,43 +247,73 @@ public final class RetryJob: Job, @unchecked Sendable {
         }
     }
 
-    /// Starts attempt `number` after the backoff's wait, on a Dispatch thread: never inside the
-    /// previous attempt's delivery, so that many immediate failures do not deepen the stack.
+    /// Starts attempt `number` after the backoff's wait, where the retry job's own work ran: never
+    /// inside the previous attempt's delivery, so that many immediate failures do not deepen the
+    /// stack.
     private func scheduleAttempt(_ number: Int) {
         let delay = backoff.delay(beforeAttempt: number)
-        let timer = DispatchSource.makeTimerSource(queue: .global(qos: qualityOfService))
-        // Holds the retry job strongly: during the wait nothing else may (started by hand, it has
-        // no queue, and no attempt's observer holds it), and freed while executing it would never
-        // finish. The cycle (job, timer, handler) ends when the handler runs or `cancel()` or the
-        // never-armed path below cancels the timer, which releases the handler.
-        timer.setEventHandler { [self] in
-            engineLock.lock()
-            let due = delayTimer.map { $0 as AnyObject } === timer as AnyObject
-            if due { delayTimer = nil }
-            engineLock.unlock()
-            timer.cancel()
-            if due { startAttempt(number) }
-        }
+        let qos = qualityOfService
+        engineLock.lock()
+        let target = attemptTarget ?? .global(qos: qos)
+        engineLock.unlock()
+        let timer = DispatchSource.makeTimerSource(queue: target)
         timer.schedule(deadline: .now() + _dispatchInterval(delay))
+        let onTheMainQueue = target.getSpecific(key: JobQueue._mainQueueMark) == true
         engineLock.lock()
         let cancelled = _isCancelled
-        if !cancelled { delayTimer = timer }
+        if !cancelled {
+            delayTimer = timer
+            if onTheMainQueue {
+                waitsForTheMainQueue = true
+                countingQueue = _queue?.takeUnretainedValue()
+                countingQueue?._retryWaitsOnTheMainQueue += 1
+            }
+        }
         engineLock.unlock()
         if cancelled {
-            // Never armed: cancelled and activated so that it lets its handler go.
+            // Never armed, and given no handler: cancelled and activated (a Dispatch source must not
+            // be released inactive), it holds nothing of the retry job.
             timer.cancel()
             timer.activate()
             return end()
         }
+        // Holds the retry job strongly: during the wait nothing else may (started by hand, it has
+        // no queue, and no attempt's observer holds it), and freed while executing it would never
+        // finish. The cycle (job, timer, handler) ends when the handler runs or `cancel()` cancels
+        // the timer, which releases the handler.
+        timer.setEventHandler { [self] in
+            engineLock.lock()
+            let due = delayTimer.map { $0 as AnyObject } === timer as AnyObject
+            var counting: JobQueue?
+            if due {
+                delayTimer = nil
+                counting = _endWaitLocked()
+            }
+            engineLock.unlock()
+            _ = counting
+            timer.cancel()
+            if due { startAttempt(number) }
+        }
         timer.activate()
+    }
+
+    /// Ends the pending wait's count of waits on the main queue, if it was counted. Returns the
+    /// counting queue, to be released after unlocking. Call with `engineLock` held.
+    private func _endWaitLocked() -> JobQueue? {
+        waitsForTheMainQueue = false
+        guard let queue = countingQueue else { return nil }
+        queue._retryWaitsOnTheMainQueue -= 1
+        countingQueue = nil
+        return queue
     }
 
     /// Finishes the retry job, releasing what it holds.
     private func end(failure: (any Error)? = nil) {
         engineLock.lock()
-        let released = (makeAttempt, shouldRetry)
+        let released = (makeAttempt, shouldRetry, attemptTarget)
         makeAttempt = nil
         shouldRetry = nil
+        attemptTarget = nil
         current = nil
         engineLock.unlock()
         _ = released
@@ -264,6 +322,29 @@ public final class RetryJob: Job, @unchecked Sendable {
 }
 
 extension Job {
+    /// Whether `queue` waits for this job to finish: it is the job's queue, or, for a
+    /// ``RetryJob``'s attempt, the queue that waits for the retry job (however deeply attempts
+    /// nest). Call with `engineLock` held.
+    func _isWaitedForLocked(by queue: JobQueue) -> Bool {
+        var job = self
+        while true {
+            if let own = job._queue { return own.toOpaque() == Unmanaged.passUnretained(queue).toOpaque() }
+            guard let retryJob = job._extras?.retryJob else { return false }
+            job = retryJob
+        }
+    }
+
+    /// Whether this job is an attempt of `retryJob`, or of an attempt of it (however deeply
+    /// attempts nest), which `retryJob` waits for. Call with `engineLock` held.
+    func _isAttemptLocked(of retryJob: Job) -> Bool {
+        var attempt = self
+        while let outer = attempt._extras?.retryJob {
+            if outer === retryJob { return true }
+            attempt = outer
+        }
+        return false
+    }
+
     /// Why this job cannot be a ``RetryJob``'s attempt, or `nil` if it can: it must be on no queue,
     /// not started or finished, wait for nothing (no dependency, no condition), and have no
     /// exclusivity categories. Call with `engineLock` held.

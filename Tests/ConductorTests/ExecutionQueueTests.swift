@@ -111,6 +111,22 @@ private func onMainQueue() -> Bool {
         #expect(onMain.values.allSatisfy { $0 })
     }
 
+    @Test func everyAttemptOfARetryJobOnTheMainJobQueueRunsOnTheMainQueue() async {
+        // Until 2026-11-25 the attempts after the first ran on the backoff timer's global queue.
+        struct Failure: Error {}
+        let onMain = Log<Bool>()
+        let retry = RetryJob(maxAttempts: 3) { number in
+            ProbeJob { _ in
+                onMain.append(onMainQueue())
+                if number < 3 { throw Failure() }
+            }
+        }
+        JobQueue.main.addJob(retry)
+        await retry.waitUntilFinished()
+        #expect(onMain.values == [true, true, true])
+        if case .succeeded? = retry.outcome {} else { Issue.record("outcome \(String(describing: retry.outcome))") }
+    }
+
     @Test func aTaskJobBodyMayBeMainActorIsolated() async {
         let queue = JobQueue(name: "main-actor")
         let onMain = Log<Bool>()
@@ -192,6 +208,33 @@ private func onMainQueue() -> Bool {
             ))
     }
 
+    @Test func waitingOnTheMainQueueForAQueueWhoseRetryJobWaitsToRetryThereTraps() async {
+        // Its next attempt runs on the main queue, which the wait would block.
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            _ = retryJobWaitingOutItsBackoff(on: JobQueue.main)
+            let waiter = BlockJob { JobQueue.main.waitUntilAllJobsAreFinished() }
+            waiter.executionQueue = .main
+            exitOnceBlocked(waiter, in: "waitUntilAllJobsAreFinished() on queue 'main'")
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "JobQueue.waitUntilAllJobsAreFinished(): called on the main queue while 'main' has a retry job waiting out its backoff, whose next attempt runs only on the main queue, which this wait blocks, so it would return only if another thread cancelled the retry job. Wait from another thread, or with an async wait (await)"
+            ))
+    }
+
+    @Test func waitingOnTheMainQueueForARetryJobWaitingToRetryThereTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let retry = retryJobWaitingOutItsBackoff(on: JobQueue.main)
+            let waiter = BlockJob { retry.waitUntilFinished() }
+            waiter.executionQueue = .main
+            exitOnceBlocked(waiter, in: "waitUntilFinished() on 'retrier'")
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.waitUntilFinished(): called on the main queue for 'retrier', a retry job waiting out its backoff, whose next attempt runs only on the main queue"
+            ))
+    }
+
     @Test func waitingOnTheMainQueueForTheMainJobQueueMovedOffItDoesNotTrap() async {
         // JobQueue.main given another underlying queue: its jobs no longer need the main queue.
         await #expect(processExitsWith: .success) {
@@ -248,6 +291,17 @@ private func waitOnMainWhileExecuting(_ job: AsyncBlockJob, _ waiter: Job, block
 
 /// Runs `waiter` on a queue of its own and, once its `explain()` says its work is blocked in `wait`
 /// (so no trap ended the process first), ends the process with success.
+/// A retry job named 'retrier', added to `queue`, whose first attempt has failed: it waits out an
+/// hour's backoff when this returns.
+private func retryJobWaitingOutItsBackoff(on queue: JobQueue) -> RetryJob {
+    struct Failure: Error {}
+    let retry = RetryJob(maxAttempts: 2, backoff: .constant(.seconds(3600))) { _ in ProbeJob { _ in throw Failure() } }
+    retry.name = "retrier"
+    queue.addJob(retry)
+    while !retry.explain().contains("it waits out the backoff") { sched_yield() }
+    return retry
+}
+
 private func exitOnceBlocked(_ waiter: Job, in wait: String) -> Never {
     JobQueue(name: "waiter-queue").addJob(waiter)
     while !waiter.explain().contains("its work is blocked in \(wait)") { sched_yield() }

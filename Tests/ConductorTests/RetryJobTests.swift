@@ -3,6 +3,12 @@ import ConductorTestSupport
 import Dispatch
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 // RetryJob and Backoff (Docs/Composition.md, "Retry"). Delays are never timed: a test either uses
 // no wait, or a wait so long that only a cancellation can end it, and counts attempts.
 
@@ -216,6 +222,103 @@ private func jobError(of job: Job) -> JobError? {
         #expect(made.values == [1, 2, 3])
         #expect(sawQueue.values == [true, true, true])
         #expect(after.outcome.map { if case .succeeded = $0 { true } else { false } } == true)
+    }
+
+    @Test(arguments: [false, true])
+    func laterAttemptsRunWhereTheRetryJobRuns(onItsExecutionQueue: Bool) async {
+        // On a queue whose underlying queue is serial, or on the retry job's own execution queue.
+        // Until 2026-11-25 the attempts after the first ran on the backoff timer's global queue.
+        let key = DispatchSpecificKey<Bool>()
+        let place = DispatchQueue(label: "retry-place")
+        place.setSpecific(key: key, value: true)
+        let queue = JobQueue(name: "retry-place")
+        let there = Log<Bool>()
+        let retry = RetryJob(maxAttempts: 3, backoff: .exponential(initial: .zero, maximum: .zero)) { number in
+            ProbeJob { _ in
+                there.append(DispatchQueue.getSpecific(key: key) == true)
+                if number < 3 { throw Flaky(attempt: number) }
+            }
+        }
+        if onItsExecutionQueue {
+            retry.executionQueue = place
+        } else {
+            queue.underlyingQueue = place
+        }
+        queue.addJob(retry)
+        await retry.waitUntilFinished()
+        #expect(there.values == [true, true, true])
+        if case .succeeded? = retry.outcome {} else { Issue.record("outcome \(String(describing: retry.outcome))") }
+    }
+
+    @Test func anAttemptWithItsOwnExecutionQueueSeesTheRetryJobsQueueAsCurrent() async {
+        // Until 2026-11-25 such an attempt saw `JobQueue.current` as nil: `start()` handed its work
+        // to its execution queue with no queue context.
+        let queue = JobQueue(name: "retry-execution-queue")
+        let elsewhere = DispatchQueue(label: "attempts")
+        let sawQueue = Log<String>()
+        let retry = RetryJob(maxAttempts: 3) { number in
+            let job = ProbeJob { _ in
+                sawQueue.append(JobQueue.current?.name ?? "nil")
+                if number < 3 { throw Flaky(attempt: number) }
+            }
+            job.executionQueue = elsewhere
+            return job
+        }
+        queue.addJob(retry)
+        await retry.waitUntilFinished()
+        #expect(sawQueue.values == Array(repeating: "retry-execution-queue", count: 3))
+        if case .succeeded? = retry.outcome {} else { Issue.record("outcome \(String(describing: retry.outcome))") }
+    }
+
+    @Test func aTaskJobAttemptAwaitingItsRetryJobsQueueTraps() async {
+        // The queue waits for the retry job, which waits for the attempt: the wait would never
+        // return. Until 2026-11-25 only the blocking form was refused. Without the trap, the
+        // process sees the attempt blocked in its wait and exits with success, failing the test.
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let queue = JobQueue(name: "retry-self-wait")
+            let made = Log<Job>()
+            let retry = RetryJob(maxAttempts: 1) { _ in
+                let job = TaskJob { await queue.waitUntilAllJobsAreFinished() }
+                made.append(job)
+                return job
+            }
+            queue.addJob(retry)
+            while !(made.values.first?.explain().contains("its work is blocked in") ?? false) { sched_yield() }
+            exit(0)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "JobQueue.waitUntilAllJobsAreFinished(): called from a job running on 'retry-self-wait'; it would wait for itself and never return"
+            ))
+    }
+
+    @Test func anAttemptWaitingForItsRetryJobTraps() async {
+        // The retry job waits for its attempt. Until 2026-11-25 neither form of the wait was
+        // refused, and both hung.
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let (retry, attempt) = retryJobWhoseAttemptWaitsForIt { retry in BlockJob { retry.waitUntilFinished() } }
+            JobQueue(name: "retry-waited-for").addJob(retry)
+            while !(attempt.values.first?.explain().contains("its work is blocked in") ?? false) { sched_yield() }
+            exit(0)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.waitUntilFinished(): 'retrier' is waited for from its attempt 'waiting attempt', which it waits for; it would never return"
+            ))
+    }
+
+    @Test func aTaskJobAttemptAwaitingItsRetryJobTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let (retry, attempt) = retryJobWhoseAttemptWaitsForIt { retry in TaskJob { await retry.waitUntilFinished() }
+            }
+            retry.start()
+            while !(attempt.values.first?.explain().contains("its work is blocked in") ?? false) { sched_yield() }
+            exit(0)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.waitUntilFinished(): 'retrier' is waited for from its attempt 'waiting attempt', which it waits for; it would never return"
+            ))
     }
 
     @Test func anAttemptThatCannotBeStartedFailsTheRetryJobAndIsLeftAlone() async throws {
@@ -440,4 +543,22 @@ private func jobError(of job: Job) -> JobError? {
         #expect(made.values == [1])
         #expect(retry.cancellationReason == CancellationReason(code: .requested))
     }
+}
+
+/// A retry job named 'retrier' whose one attempt, named 'waiting attempt', is `makeAttempt(retry)`;
+/// and a log that holds the attempt once it is made. The two keep each other (for exit tests).
+private func retryJobWhoseAttemptWaitsForIt(
+    _ makeAttempt: @escaping @Sendable (RetryJob) -> Job
+) -> (RetryJob, Log<Job>) {
+    let retryJob = Log<RetryJob>()
+    let made = Log<Job>()
+    let retry = RetryJob(maxAttempts: 1) { _ in
+        let job = makeAttempt(retryJob.values[0])
+        job.name = "waiting attempt"
+        made.append(job)
+        return job
+    }
+    retry.name = "retrier"
+    retryJob.append(retry)
+    return (retry, made)
 }
