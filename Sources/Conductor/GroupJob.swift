@@ -420,7 +420,9 @@ public struct GroupFailure: Error, CustomStringConvertible {
 
 extension Job {
     /// Adds `job`, made by this job while it runs, to this job's group if it is a group's child, or
-    /// else to this job's queue, before this job can finish: a group cannot finish in between.
+    /// else to this job's queue, before this job can finish: a group cannot finish in between. A
+    /// ``RetryJob``'s attempt, which is on no queue, produces as its retry job would: to the retry
+    /// job's group or queue.
     ///
     /// Call it from the job's own work, while it executes (an asynchronous job until it calls
     /// `finish()`); otherwise it traps, as it does for a job started by hand outside any queue or
@@ -438,6 +440,8 @@ extension Job {
         }
         let group = _countingGroupLocked
         let queue = _queue?.takeUnretainedValue()
+        // An attempt's retry job executes until the attempt has finished, so it can produce too.
+        let retryJob = group == nil && queue == nil ? _extras?.retryJob : nil
         let name = _describeLocked
         // What `addChild(_:)` or `addJob(_:)` would trap on, named here (either still checks).
         var problem: String?
@@ -457,6 +461,8 @@ extension Job {
             group.addChild(job)
         } else if let queue {
             queue.addJob(job)
+        } else if let retryJob {
+            retryJob.produce(job)
         } else {
             _trap("Job.produce(_:): '\(name)' was started by hand, outside any queue or group; add the job yourself")
         }

@@ -47,7 +47,7 @@ public enum Backoff: Sendable, Equatable {
 ///
 /// ```swift
 /// let fetch = RetryJob(maxAttempts: 4, backoff: .exponential(initial: .milliseconds(100), maximum: .seconds(2))) { attempt in
-///     BlockJob { try client.fetch(page) }   // a fresh job for every attempt
+///     TaskJob { try await cache.store(client.fetch(page)) }   // a fresh job for every attempt
 /// }
 /// queue.addJob(fetch)
 /// ```
@@ -64,7 +64,9 @@ public enum Backoff: Sendable, Equatable {
 /// `shouldRetry(error)` returns `true`. Its ``Job/outcome`` is the last attempt's: succeeded, failed
 /// with the last error, or cancelled with the attempt's reason. Cancelling the retry job cancels the
 /// attempt in flight (with ``CancellationReason/Code/parentCancelled``) or the pending wait; its
-/// outcome is then `.cancelled` with its own reason, even if the attempt then fails.
+/// outcome is then `.cancelled` with its own reason, even if the attempt then fails. A retry job
+/// has no value of its own: an attempt hands on what it makes itself (a ``ValueJob`` attempt's
+/// `value` is the attempt's).
 ///
 /// Every attempt runs where the retry job's own work runs: its ``Job/executionQueue`` if it has
 /// one, otherwise its queue's workers' Dispatch queue (on ``JobQueue/main``, the main queue). Inside

@@ -321,6 +321,33 @@ private func jobError(of job: Job) -> JobError? {
             ))
     }
 
+    @Test func anAttemptProducesOntoItsRetryJobsQueue() async {
+        // Until 2026-11-25 it trapped: "was started by hand, outside any queue or group".
+        let queue = JobQueue(name: "retry-produces")
+        let sawQueue = Log<Bool>()
+        let retry = RetryJob(maxAttempts: 1) { _ in
+            ProbeJob { job in
+                job.produce(BlockJob { sawQueue.append(JobQueue.current === queue) })
+            }
+        }
+        queue.addJob(retry)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(sawQueue.values == [true])
+    }
+
+    @Test func anAttemptOfAGroupsChildProducesIntoTheGroup() async {
+        // The produced job is a child: the group finishes only after it.
+        let producedRan = Flag()
+        let retry = RetryJob(maxAttempts: 1) { _ in
+            ProbeJob { job in job.produce(BlockJob { producedRan.set() }) }
+        }
+        let group = GroupJob(name: "retry-group", jobs: [retry])
+        JobQueue(name: "retry-group-queue").addJob(group)
+        await group.waitUntilFinished()
+        #expect(producedRan.value)
+        if case .succeeded? = group.outcome {} else { Issue.record("outcome \(String(describing: group.outcome))") }
+    }
+
     @Test func anAttemptThatCannotBeStartedFailsTheRetryJobAndIsLeftAlone() async throws {
         let queue = JobQueue(name: "retry-invalid")
         let elsewhere = JobQueue(name: "elsewhere", maxConcurrentJobCount: 0)
