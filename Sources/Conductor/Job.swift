@@ -249,13 +249,12 @@ open class Job: @unchecked Sendable {
         }
         _beginExecutingLocked(&actions)
         let elsewhere = _runsElsewhere
-        let isAttempt = elsewhere && _extras?.retryJob != nil
+        // A retry job's attempt sees the retry job's queue as `JobQueue.current` there too.
+        let queue = elsewhere ? (_extras?.retryJob as? RetryJob)?._attemptQueueLocked : nil
         engineLock.unlock()
         actions.perform()
         if elsewhere {
-            // A retry job's attempt sees the retry job's queue as `JobQueue.current` there too, as
-            // it does when it runs here (the retry job starts it in that context).
-            return _executeOnExecutionQueue(queue: isAttempt ? JobQueue.current : nil)
+            return _executeOnExecutionQueue(queue: queue)
         }
 
         let previousJob = _ThreadContext.job

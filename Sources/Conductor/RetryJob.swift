@@ -69,12 +69,14 @@ public enum Backoff: Sendable, Equatable {
 /// `value` is the attempt's).
 ///
 /// Every attempt runs where the retry job's own work runs: its ``Job/executionQueue`` if it has
-/// one, otherwise its queue's workers' Dispatch queue (on ``JobQueue/main``, the main queue). Inside
-/// an attempt, ``JobQueue/current`` is the retry job's queue.
+/// one, otherwise its queue's workers' Dispatch queue (on ``JobQueue/main``, the main queue); a
+/// retry job started by hand makes its later attempts on a global queue. Inside an attempt,
+/// ``JobQueue/current`` is the retry job's queue.
 ///
 /// `makeAttempt` and `shouldRetry` run with no lock held, never two at once for one retry job:
 /// `makeAttempt(1)` on the thread that started the retry job, `shouldRetry` on the thread that saw
-/// an attempt fail, and each later `makeAttempt` there once the backoff's wait is over.
+/// an attempt fail, and each later `makeAttempt` where the attempts run, once the backoff's wait is
+/// over.
 ///
 /// An attempt must not wait for its retry job, or for the retry job's queue: the retry job waits
 /// for it, and those waits trap. A blocking wait on the main queue for a retry job whose attempts
@@ -95,11 +97,9 @@ public final class RetryJob: Job, @unchecked Sendable {
     @exclusivity(unchecked) private var current: Job?
     @exclusivity(unchecked) private var delayTimer: DispatchSourceTimer?
     @exclusivity(unchecked) private var attemptsMade = 0
-    /// The queue that runs the retry job, for `JobQueue.current` inside later attempts.
+    /// `JobQueue.current` inside the attempts: the retry job's queue, or for a retry job that is
+    /// itself an attempt, its retry job's; none for one started by hand.
     @exclusivity(unchecked) private weak var runningQueue: JobQueue?
-    /// Where the attempts after the first run: where the retry job's own work ran (its
-    /// `executionQueue`, or its queue's workers' Dispatch queue); `nil` for a global queue.
-    @exclusivity(unchecked) private var attemptTarget: DispatchQueue?
     /// While the pending wait's next attempt can run only on the main queue: `true`, and the queue
     /// that counts the wait in `_retryWaitsOnTheMainQueue` (none for a retry job on no queue), for
     /// the traps of blocking waits on the main queue.
@@ -141,17 +141,31 @@ public final class RetryJob: Job, @unchecked Sendable {
     }
 
     public override func execute() {
-        let queue = JobQueue.current
-        engineLock.withLock {
-            runningQueue = queue
-            attemptTarget = _extras?.executionQueue ?? _queue?.takeUnretainedValue()._dispatchTargetLocked
-        }
+        engineLock.lock()
+        let queue = _queue?.takeUnretainedValue() ?? (_extras?.retryJob as? RetryJob)?.runningQueue
+        runningQueue = queue
+        engineLock.unlock()
+        // Released here, not under the lock.
+        withExtendedLifetime(queue) {}
         startAttempt(1)
     }
 
-    /// Whether the retry job is waiting out its backoff and its next attempt can run only on the
-    /// main queue (a blocking wait there for it would never return). Call with `engineLock` held.
-    var _waitsForTheMainQueueLocked: Bool { waitsForTheMainQueue }
+    /// Where the attempts run: the retry job's `executionQueue`, else its queue's workers' Dispatch
+    /// queue (read at each attempt, so that a changed `underlyingQueue` counts), else, for a retry
+    /// job that is itself an attempt, where its retry job's attempts run; `nil` (a global queue)
+    /// for one started by hand. Call with `engineLock` held.
+    private var _attemptTargetLocked: DispatchQueue? {
+        if let target = _extras?.executionQueue { return target }
+        if let queue = _queue { return queue.takeUnretainedValue()._dispatchTargetLocked }
+        return (_extras?.retryJob as? RetryJob)?._attemptTargetLocked
+    }
+
+    /// Whether the retry job, or a retry job that is its attempt in flight, is waiting out its
+    /// backoff and its next attempt can run only on the main queue (a blocking wait there for it
+    /// would never return). Call with `engineLock` held.
+    var _waitsForTheMainQueueLocked: Bool {
+        waitsForTheMainQueue || (_currentAttemptLocked as? RetryJob)?._waitsForTheMainQueueLocked == true
+    }
 
     public override func cancel() {
         super.cancel()
@@ -217,10 +231,20 @@ public final class RetryJob: Job, @unchecked Sendable {
                 reason: CancellationReason(code: .parentCancelled, detail: nil, responsibleJob: displayName))
             return
         }
-        _ThreadContext.withContext(queue: queue, job: nil) {
+        if number == 1 {
+            // On the thread that started the retry job, in its context: a worker's, or for a
+            // retry job started by hand, its starter's, as for any job started by hand.
             attempt.start()
+        } else {
+            _ThreadContext.withContext(queue: queue, job: nil) {
+                attempt.start()
+            }
         }
     }
+
+    /// `JobQueue.current` inside an attempt that runs on its own `executionQueue`. Call with
+    /// `engineLock` held; release the result after unlocking.
+    var _attemptQueueLocked: JobQueue? { runningQueue }
 
     /// Decides, once attempt `number` has finished, between ending and another attempt.
     private func attemptFinished(_ attempt: Job, _ number: Int) {
@@ -256,7 +280,7 @@ public final class RetryJob: Job, @unchecked Sendable {
         let delay = backoff.delay(beforeAttempt: number)
         let qos = qualityOfService
         engineLock.lock()
-        let target = attemptTarget ?? .global(qos: qos)
+        let target = _attemptTargetLocked ?? .global(qos: qos)
         engineLock.unlock()
         let timer = DispatchSource.makeTimerSource(queue: target)
         timer.schedule(deadline: .now() + _dispatchInterval(delay))
@@ -267,7 +291,7 @@ public final class RetryJob: Job, @unchecked Sendable {
             delayTimer = timer
             if onTheMainQueue {
                 waitsForTheMainQueue = true
-                countingQueue = _queue?.takeUnretainedValue()
+                countingQueue = _waitingQueueLocked?.takeUnretainedValue()
                 countingQueue?._retryWaitsOnTheMainQueue += 1
             }
         }
@@ -312,10 +336,9 @@ public final class RetryJob: Job, @unchecked Sendable {
     /// Finishes the retry job, releasing what it holds.
     private func end(failure: (any Error)? = nil) {
         engineLock.lock()
-        let released = (makeAttempt, shouldRetry, attemptTarget)
+        let released = (makeAttempt, shouldRetry)
         makeAttempt = nil
         shouldRetry = nil
-        attemptTarget = nil
         current = nil
         engineLock.unlock()
         _ = released
@@ -328,10 +351,17 @@ extension Job {
     /// ``RetryJob``'s attempt, the queue that waits for the retry job (however deeply attempts
     /// nest). Call with `engineLock` held.
     func _isWaitedForLocked(by queue: JobQueue) -> Bool {
+        _waitingQueueLocked?.toOpaque() == Unmanaged.passUnretained(queue).toOpaque()
+    }
+
+    /// The queue that waits for this job: its own, or for a ``RetryJob``'s attempt, the queue that
+    /// waits for the retry job (however deeply attempts nest); `nil` for a job started by hand.
+    /// Call with `engineLock` held.
+    var _waitingQueueLocked: Unmanaged<JobQueue>? {
         var job = self
         while true {
-            if let own = job._queue { return own.toOpaque() == Unmanaged.passUnretained(queue).toOpaque() }
-            guard let retryJob = job._extras?.retryJob else { return false }
+            if let own = job._queue { return own }
+            guard let retryJob = job._extras?.retryJob else { return nil }
             job = retryJob
         }
     }

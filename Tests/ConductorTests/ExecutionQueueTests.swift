@@ -289,8 +289,6 @@ private func waitOnMainWhileExecuting(_ job: AsyncBlockJob, _ waiter: Job, block
     exit(0)
 }
 
-/// Runs `waiter` on a queue of its own and, once its `explain()` says its work is blocked in `wait`
-/// (so no trap ended the process first), ends the process with success.
 /// A retry job named 'retrier', added to `queue`, whose first attempt has failed: it waits out an
 /// hour's backoff when this returns.
 private func retryJobWaitingOutItsBackoff(on queue: JobQueue) -> RetryJob {
@@ -302,6 +300,8 @@ private func retryJobWaitingOutItsBackoff(on queue: JobQueue) -> RetryJob {
     return retry
 }
 
+/// Runs `waiter` on a queue of its own and, once its `explain()` says its work is blocked in `wait`
+/// (so no trap ended the process first), ends the process with success.
 private func exitOnceBlocked(_ waiter: Job, in wait: String) -> Never {
     JobQueue(name: "waiter-queue").addJob(waiter)
     while !waiter.explain().contains("its work is blocked in \(wait)") { sched_yield() }

@@ -250,6 +250,75 @@ private func jobError(of job: Job) -> JobError? {
         if case .succeeded? = retry.outcome {} else { Issue.record("outcome \(String(describing: retry.outcome))") }
     }
 
+    @Test func aRetryJobThatIsAnAttemptRunsItsAttemptsWhereItsRetryJobRuns() async {
+        // The inner retry job is on no queue: its attempts run where the outer one's do, and see
+        // the outer one's queue. Found by a review on 2026-11-25: they ran on a global queue.
+        let key = DispatchSpecificKey<Bool>()
+        let place = DispatchQueue(label: "retry-nested-place")
+        place.setSpecific(key: key, value: true)
+        let queue = JobQueue(name: "retry-nested")
+        queue.underlyingQueue = place
+        let seen = Log<String>()
+        let outer = RetryJob(maxAttempts: 1) { _ in
+            RetryJob(maxAttempts: 3) { number in
+                ProbeJob { _ in
+                    seen.append("\(DispatchQueue.getSpecific(key: key) == true) \(JobQueue.current?.name ?? "nil")")
+                    if number < 3 { throw Flaky(attempt: number) }
+                }
+            }
+        }
+        queue.addJob(outer)
+        await outer.waitUntilFinished()
+        #expect(seen.values == Array(repeating: "true retry-nested", count: 3))
+        if case .succeeded? = outer.outcome {} else { Issue.record("outcome \(String(describing: outer.outcome))") }
+    }
+
+    @Test func laterAttemptsFollowAChangedUnderlyingQueue() async {
+        // The place is read for each attempt, as for any job not yet started.
+        let key = DispatchSpecificKey<String>()
+        let (first, second) = (DispatchQueue(label: "first"), DispatchQueue(label: "second"))
+        first.setSpecific(key: key, value: "first")
+        second.setSpecific(key: key, value: "second")
+        let queue = JobQueue(name: "retry-moved")
+        queue.underlyingQueue = first
+        let seen = Log<String>()
+        let retry = RetryJob(
+            maxAttempts: 2,
+            shouldRetry: { _ in
+                queue.underlyingQueue = second
+                return true
+            }
+        ) { number in
+            ProbeJob { _ in
+                seen.append(DispatchQueue.getSpecific(key: key) ?? "nil")
+                if number < 2 { throw Flaky(attempt: number) }
+            }
+        }
+        queue.addJob(retry)
+        await retry.waitUntilFinished()
+        #expect(seen.values == ["first", "second"])
+    }
+
+    @Test func attemptsOfARetryJobStartedByHandSeeNoQueueOnTheirOwnExecutionQueue() async {
+        // Started by hand inside a job of `starter`, which does not wait for it: `starter` is not
+        // the retry job's queue. Found by a review on 2026-11-25: such attempts saw `starter`, and a
+        // wait for it from them trapped as a wait for themselves.
+        let starter = JobQueue(name: "retry-starter")
+        let elsewhere = DispatchQueue(label: "attempts")
+        let seen = Log<String>()
+        let retry = RetryJob(maxAttempts: 2) { number in
+            let job = ProbeJob { _ in
+                seen.append(JobQueue.current?.name ?? "nil")
+                if number < 2 { throw Flaky(attempt: number) }
+            }
+            job.executionQueue = elsewhere
+            return job
+        }
+        starter.addJob(BlockJob { retry.start() })
+        await retry.waitUntilFinished()
+        #expect(seen.values == ["nil", "nil"])
+    }
+
     @Test func anAttemptWithItsOwnExecutionQueueSeesTheRetryJobsQueueAsCurrent() async {
         // Until 2026-11-25 such an attempt saw `JobQueue.current` as nil: `start()` handed its work
         // to its execution queue with no queue context.

@@ -37,6 +37,13 @@ final class ProducerBox: @unchecked Sendable {
     var job: BlockJob?
 }
 
+/// Lets a retry job's attempt reach the retry job.
+// @unchecked Sendable: `job` is set before the retry job is added to a queue, which happens-before
+// its attempt runs; nothing writes it after.
+final class RetryBox: @unchecked Sendable {
+    var job: RetryJob?
+}
+
 let traps: [String: () -> Void] = [
     "watchdog-zero-threshold": {
         _ = StallWatchdog(threshold: .zero) { _ in }
@@ -195,6 +202,14 @@ let traps: [String: () -> Void] = [
         job.name = "probe-job"
         queue.addJob(job)
         queue.waitUntilAllJobsAreFinished()
+    },
+    "retry-attempt-self-wait": {
+        let box = RetryBox()
+        let retry = RetryJob(maxAttempts: 1) { _ in BlockJob { box.job!.waitUntilFinished() } }
+        retry.name = "probe-retry"
+        box.job = retry
+        JobQueue(name: "probe-queue").addJob(retry)
+        retry.waitUntilFinished()
     },
     "queue-self-wait": {
         let queue = JobQueue(name: "probe-queue")
