@@ -225,7 +225,14 @@ public final class TaskJob: Job, @unchecked Sendable {
         runner.discardLocked(&actions)
     }
 
+    /// Runs the body in a task of its own, when called directly: the job neither starts nor
+    /// finishes, and its own run (by a queue, or ``Job/start()``) runs the body again. Once the job
+    /// has started, or was cancelled, a direct call runs nothing.
     public override func execute() {
+        runner.runDirectly()
+    }
+
+    override func _executeClaimed() {
         runner.start(self)
     }
 

@@ -277,6 +277,9 @@ public final class GroupJob: Job, @unchecked Sendable {
 
     public override func cancel() {
         super.cancel()
+        // A group that finished without being cancelled stays as it is: a job a child left on the
+        // queue of children (added to `JobQueue.current`) is not the group's to cancel any more.
+        guard isCancelled else { return }
         // All children in one critical section: one cancelled child finishing must not let the
         // next one start before it is cancelled too. The finish of the last counted one ends an
         // executing group (`_childFinishedLocked`).
@@ -401,7 +404,9 @@ public final class GroupJob: Job, @unchecked Sendable {
         let failures = _isCancelled ? [] : self.failures
         let name = _describeLocked
         engineLock.unlock()
-        _finish(failure: failures.isEmpty ? nil : GroupFailure(group: name, failures: failures))
+        // `unlessCancelled`: a `cancel()` after the read above finds the group executing and only
+        // marks it; its own reason still stands.
+        _finish(failure: failures.isEmpty ? nil : GroupFailure(group: name, failures: failures), unlessCancelled: true)
     }
 }
 

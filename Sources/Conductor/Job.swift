@@ -545,9 +545,13 @@ open class Job: @unchecked Sendable {
     /// `CancellationError`; does nothing if it is not executing. `package` for adapters in this
     /// package; users call ``AsynchronousJob/finish()``.
     ///
-    /// - Parameter discardingWork: The job's work never ran (its exclusivity category was refused):
-    ///   release it now, as for a job cancelled before it started.
-    package func _finish(failure: (any Error)? = nil, discardingWork: Bool = false) {
+    /// - Parameters:
+    ///   - discardingWork: The job's work never ran (its exclusivity category was refused):
+    ///     release it now, as for a job cancelled before it started.
+    ///   - unlessCancelled: A job cancelled by then ends cancelled, with its own reason, and
+    ///     `failure` is dropped: a composite job's (a group's, a retry job's), decided in the same
+    ///     critical section that finishes it, so that a `cancel()` cannot land in between.
+    package func _finish(failure: (any Error)? = nil, discardingWork: Bool = false, unlessCancelled: Bool = false) {
         var actions = _Actions()
         engineLock.lock()
         var releasesSpentWork = false
@@ -557,7 +561,7 @@ open class Job: @unchecked Sendable {
             }
             // The work has returned and handed back what it ran: this call releases it.
             releasesSpentWork = _flags.contains(.workReturned)
-            _finishLocked(failure: failure, &actions)
+            _finishLocked(failure: unlessCancelled && _isCancelled ? nil : failure, &actions)
         }
         actions.planWorkersLocked()
         engineLock.unlock()

@@ -342,7 +342,9 @@ public final class RetryJob: Job, @unchecked Sendable {
         current = nil
         engineLock.unlock()
         _ = released
-        _finish(failure: failure)
+        // `unlessCancelled`: cancelled by now, even after `attemptFinished` looked, the retry job
+        // ends cancelled with its own reason.
+        _finish(failure: failure, unlessCancelled: true)
     }
 }
 

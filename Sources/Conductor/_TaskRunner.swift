@@ -73,6 +73,17 @@ final class _TaskRunner: @unchecked Sendable {
         }
     }
 
+    /// Runs the body in a task of its own for a direct call of `execute()`, which is no start: the
+    /// job neither starts nor finishes, and the body stays for the job's own run. Runs nothing once
+    /// the body is gone (the job has started, or was cancelled).
+    func runDirectly() {
+        engineLock.lock()
+        let body = self.body
+        engineLock.unlock()
+        guard let body else { return }
+        Task(priority: priority) { try? await body() }
+    }
+
     /// Moves the body into the box its task takes it from, or returns `nil` if it is gone. A
     /// separate function so that no local of `start(_:)` holds the body: the task may run it,
     /// finish the job and deliver `.finished` before `start(_:)` returns, and the body must be
@@ -108,8 +119,7 @@ final class _TaskRunner: @unchecked Sendable {
         task = nil
         bodyTask = nil
         // A thrown error fails the job; `CancellationError` cancels it (with the job's own reason
-        // if it was cancelled first). Only an executing job finishes: `execute()` called by hand
-        // on a job that is not executing runs the body but changes nothing.
+        // if it was cancelled first). Only an executing job finishes.
         if job._state == .executing {
             job._finishLocked(failure: error, &actions)
         }

@@ -547,6 +547,22 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(group.object == nil)
     }
 
+    @Test func cancellingAGroupThatSucceededLeavesAJobItsChildAddedAlone() async {
+        // A child added `straggler` to its queue (the group's queue of children), which does not
+        // make it a child: the group finished without waiting for it. Cancelling a finished job
+        // does nothing; until 2026-11-25 the group still cancelled what was left on that queue.
+        let straggler = AsyncBlockJob { _ in }
+        let group = GroupJob(name: "finished-group", jobs: [BlockJob { JobQueue.current?.addJob(straggler) }])
+        JobQueue(name: "finished-group-queue").addJob(group)
+        await group.waitUntilFinished()
+        #expect(straggler.state == .executing)
+        group.cancel()
+        #expect(!straggler.isCancelled)
+        if case .succeeded? = group.outcome {} else { Issue.record("outcome \(String(describing: group.outcome))") }
+        straggler.finish()
+        await straggler.waitUntilFinished()
+    }
+
     @Test func aFinishedGroupIsFreedWithItsChildren() async {
         let (queue, worker) = makeJobQueueOnSerialWorker("group-freed")
         let (group, child): (WeakReference<GroupJob>, WeakReference<Job>) = {

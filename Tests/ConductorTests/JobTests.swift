@@ -634,6 +634,31 @@ struct JobTests {
         #expect(bodies.value == 1)
     }
 
+    @Test("a direct call of a ValueJob's execute() runs its body apart, and its own run runs it again")
+    func directExecuteOfAValueJobLeavesTheBodyForItsRun() async throws {
+        // The body's first run, the direct one, waits until the job has finished. Until 2026-11-25
+        // the direct call took the body: the job's own run found none, succeeded at once with no
+        // value, and reading `result` crashed.
+        let runs = Counter()
+        let directRunStarted = DispatchSemaphore(value: 0)
+        let gate = DispatchSemaphore(value: 0)
+        let job = ValueJob<Int> {
+            runs.increment()
+            let run = runs.value
+            if run == 1 {
+                directRunStarted.signal()
+                await runOnDispatchThread { gate.wait() }
+            }
+            return run
+        }
+        job.execute()
+        await waitForSignals(directRunStarted)
+        #expect(job.state == .ready, "calling execute() is not starting the job")
+        JobQueue(name: "value-direct").addJob(job)
+        #expect(try await job.value == 2)
+        gate.signal()
+    }
+
     @Test("a BlockJob finishes only when all its blocks have returned")
     func blockJobWaitsForAllBlocks() {
         let returned = Counter()
