@@ -82,6 +82,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         var actions = _Actions()
         engineLock.lock()
         children._isSuspended = true
+        children._isGroupsChildren = true
         children._owningGroup = self
         if let name { _name = name }
         if jobs.count > 1 {
@@ -272,7 +273,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         if done {
             return _end()
         }
-        children.isSuspended = false
+        children._update { $0._isSuspended = false }
     }
 
     public override func cancel() {

@@ -72,7 +72,7 @@ final class _JobExtras: @unchecked Sendable {
     /// What the job's work is blocked on in `waitUntil…` calls, while it is (diagnostics).
     @exclusivity(unchecked) var blockedOn: [_BlockedOn] = []
     /// For a ``RetryJob``'s attempt: the retry job, which waits for it (`Job._isWaitedForLocked`,
-    /// `Job._isAttemptLocked`). Strong, so that a load under the lock never returns the last
+    /// `Job._isInsideLocked`). Strong, so that a load under the lock never returns the last
     /// reference: the field goes with the side object once the attempt has settled (a finished
     /// job keeps none of it), and the side object is released after unlocking. The cycle with the
     /// retry job's `current` ends then.
@@ -250,21 +250,25 @@ extension Job {
     }
 
     /// Traps, after unlocking, when the caller is this job's own work (a synchronous job's
-    /// `execute()` on this thread, or a ``TaskJob``'s body in the current task), or the work of one
-    /// of its attempts if it is a ``RetryJob``. Call with `engineLock` held, for a job that has not
-    /// settled.
+    /// `execute()` on this thread, or a ``TaskJob``'s body in the current task), or the work of a
+    /// job inside it, which it waits for: a child, if it is a group, an attempt, if it is a
+    /// ``RetryJob``, at any depth. A blocking wait also traps in the callbacks of this job or of a
+    /// job inside it. Call with `engineLock` held, for a job that has not settled.
     private func _trapIfWaitingForItselfLocked(blocking: Bool) {
-        if blocking, _ThreadContext.delivering === self {
+        if blocking, let delivering = _ThreadContext.delivering, delivering === self || delivering._isInsideLocked(self)
+        {
             let name = _describeLocked
+            let message =
+                delivering === self
+                ? "Job.waitUntilFinished(): '\(name)' is waited for from its own observer or completion block; its waiters are woken only after those return, so it would never return"
+                : "Job.waitUntilFinished(): '\(name)' is waited for from an observer or completion block of '\(delivering._describeLocked)', inside it; it waits for that job, which settles only after those return, so it would never return"
             engineLock.unlock()
-            _trap(
-                "Job.waitUntilFinished(): '\(name)' is waited for from its own observer or completion block; its waiters are woken only after those return, so it would never return"
-            )
+            _trap(message)
         }
         let caller: Job
-        if let job = _ThreadContext.job, job === self || job._isAttemptLocked(of: self) {
+        if let job = _ThreadContext.job, job === self || job._isInsideLocked(self) {
             caller = job
-        } else if let job = _TaskRunner.bodyJobOfCurrentTaskLocked(), job === self || job._isAttemptLocked(of: self) {
+        } else if let job = _TaskRunner.bodyJobOfCurrentTaskLocked(), job === self || job._isInsideLocked(self) {
             caller = job
         } else {
             return
@@ -273,9 +277,45 @@ extension Job {
         let message =
             caller === self
             ? "Job.waitUntilFinished(): '\(name)' waits for itself from its own work; it would never return"
-            : "Job.waitUntilFinished(): '\(name)' is waited for from its attempt '\(caller._describeLocked)', which it waits for; it would never return"
+            : "Job.waitUntilFinished(): '\(name)' is waited for from the work of '\(caller._describeLocked)', inside it (a group's child, a retry job's attempt), which it waits for; it would never return"
         engineLock.unlock()
         _trap(message)
+    }
+
+    /// The job that waits for this one besides its queue: the ``RetryJob`` it is an attempt of, or
+    /// the group that counts it as a child (until it is counted down, after its `.finished`
+    /// callbacks). Call with `engineLock` held: the result is alive until the lock is released (an
+    /// attempt's side object holds its retry job; a group holds itself while it counts a child).
+    var _outerJobLocked: Job? {
+        if let extras = _extras {
+            if let retryJob = extras.retryJob { return retryJob }
+            if let group = extras.countingGroup { return group }
+        }
+        return _countingGroupLocked
+    }
+
+    /// Whether this job is inside `outer`, which waits for it: an attempt of it, or a child it
+    /// counts, at any depth through retry jobs and groups. Call with `engineLock` held.
+    func _isInsideLocked(_ outer: Job) -> Bool {
+        var job = _outerJobLocked
+        while let current = job {
+            if current === outer { return true }
+            job = current._outerJobLocked
+        }
+        return false
+    }
+
+    /// Whether `queue` waits for this job: it is the job's queue (or the queue it settles once its
+    /// callbacks have run), or that of a job it is inside (`_isInsideLocked`). Call with
+    /// `engineLock` held.
+    func _isWaitedForLocked(by queue: JobQueue) -> Bool {
+        let target = Unmanaged.passUnretained(queue).toOpaque()
+        var job: Job? = self
+        while let current = job {
+            if current._queue?.toOpaque() == target || current._extras?.settleQueue === queue { return true }
+            job = current._outerJobLocked
+        }
+        return false
     }
 
     // MARK: Delivery

@@ -96,6 +96,10 @@ public final class JobQueue: @unchecked Sendable {
     /// may return the group's last reference: hand what it returns to
     /// `_Actions.releaseAfterUnlocking(_:)`.
     @exclusivity(unchecked) weak var _owningGroup: GroupJob?
+    /// Whether this is a ``GroupJob``'s queue of children, whose limit and suspension are the
+    /// group's. Set once, as the group is made, before anything else can reach the queue; read
+    /// without the lock.
+    @exclusivity(unchecked) var _isGroupsChildren = false
     /// Links in the list of queues with unsettled jobs (`_activeQueues`), while the queue is on it.
     @exclusivity(unchecked) var _activeNext: Unmanaged<JobQueue>?
     @exclusivity(unchecked) var _activePrevious: Unmanaged<JobQueue>?
@@ -193,6 +197,9 @@ public final class JobQueue: @unchecked Sendable {
         get { engineLock.withLock { _maxConcurrentJobCount } }
         set {
             JobQueue.validate(newValue)
+            _refuseIfGroupsChildren("JobQueue.maxConcurrentJobCount", "limited") {
+                $0._maxConcurrentJobCount != newValue
+            }
             _update { queue in
                 queue._maxConcurrentJobCount = newValue
                 queue._limit = newValue < 0 ? JobQueue.systemDefaultWidth : newValue
@@ -204,7 +211,25 @@ public final class JobQueue: @unchecked Sendable {
     /// running go on, and cancelled jobs still finish at once. Resuming starts waiting jobs immediately.
     public var isSuspended: Bool {
         get { engineLock.withLock { _isSuspended } }
-        set { _update { $0._isSuspended = newValue } }
+        set {
+            _refuseIfGroupsChildren("JobQueue.isSuspended", "suspended or resumed") { $0._isSuspended != newValue }
+            _update { $0._isSuspended = newValue }
+        }
+    }
+
+    /// Traps for a group's queue of children (``JobQueue/current`` inside a child) while the group
+    /// has unfinished children, if `changes` (called with the lock held): it runs them as the group
+    /// says, and changed from inside, the group would run more children at once than its limit, or
+    /// never finish. Setting the value it has changes nothing, and passes.
+    private func _refuseIfGroupsChildren(_ property: String, _ change: String, if changes: (JobQueue) -> Bool) {
+        guard _isGroupsChildren else { return }
+        engineLock.lock()
+        guard _countingGroupRetain != nil, changes(self) else { return engineLock.unlock() }
+        let name = _displayNameLocked
+        engineLock.unlock()
+        _trap(
+            "\(property): '\(name)' runs a group's children, as the group says; it cannot be \(change) from outside the group: give the group its limit when you make it, or limit or suspend the group's own queue"
+        )
     }
 
     /// The quality of service of the queue's workers when no ``underlyingQueue`` is set.
@@ -513,13 +538,13 @@ public final class JobQueue: @unchecked Sendable {
         Job._endBlockedWait(of: waiter, on: self)
     }
 
-    /// Traps, after unlocking, when the caller is a job of this queue (its work on this thread, or
-    /// a ``TaskJob``'s body in the current task): the wait would include that job and never return.
-    /// Call with `engineLock` held, while the queue has unsettled jobs.
+    /// Traps, after unlocking, when the caller is a job of this queue, or a job inside one (a
+    /// group's child, a retry job's attempt, at any depth): its work on this thread, or a
+    /// ``TaskJob``'s body in the current task; or for a blocking wait, one's callbacks. The wait
+    /// would include that job and never return. Call with `engineLock` held, while the queue has
+    /// unsettled jobs.
     private func _trapIfWaitingForItselfLocked(blocking: Bool) {
-        if blocking, let job = _ThreadContext.delivering,
-            job._queue?.toOpaque() == Unmanaged.passUnretained(self).toOpaque() || job._extras?.settleQueue === self
-        {
+        if blocking, let job = _ThreadContext.delivering, job._isWaitedForLocked(by: self) {
             let (name, jobName) = (_displayNameLocked, job._describeLocked)
             engineLock.unlock()
             _trap(
@@ -527,7 +552,7 @@ public final class JobQueue: @unchecked Sendable {
             )
         }
         guard
-            _ThreadContext.queue === self
+            _ThreadContext.queue === self || _ThreadContext.job?._isWaitedForLocked(by: self) == true
                 || _TaskRunner.bodyJobOfCurrentTaskLocked()?._isWaitedForLocked(by: self) == true
         else { return }
         let name = _displayNameLocked

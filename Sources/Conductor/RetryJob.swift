@@ -349,13 +349,6 @@ public final class RetryJob: Job, @unchecked Sendable {
 }
 
 extension Job {
-    /// Whether `queue` waits for this job to finish: it is the job's queue, or, for a
-    /// ``RetryJob``'s attempt, the queue that waits for the retry job (however deeply attempts
-    /// nest). Call with `engineLock` held.
-    func _isWaitedForLocked(by queue: JobQueue) -> Bool {
-        _waitingQueueLocked?.toOpaque() == Unmanaged.passUnretained(queue).toOpaque()
-    }
-
     /// The queue that waits for this job: its own, or for a ``RetryJob``'s attempt, the queue that
     /// waits for the retry job (however deeply attempts nest); `nil` for a job started by hand.
     /// Call with `engineLock` held.
@@ -366,17 +359,6 @@ extension Job {
             guard let retryJob = job._extras?.retryJob else { return nil }
             job = retryJob
         }
-    }
-
-    /// Whether this job is an attempt of `retryJob`, or of an attempt of it (however deeply
-    /// attempts nest), which `retryJob` waits for. Call with `engineLock` held.
-    func _isAttemptLocked(of retryJob: Job) -> Bool {
-        var attempt = self
-        while let outer = attempt._extras?.retryJob {
-            if outer === retryJob { return true }
-            attempt = outer
-        }
-        return false
     }
 
     /// Why this job cannot be a ``RetryJob``'s attempt, or `nil` if it can: it must be on no queue,

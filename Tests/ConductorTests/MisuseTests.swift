@@ -3,6 +3,12 @@ import ConductorTestSupport
 import Dispatch
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 // Programming errors trap (each checked in its own exit test, whose closure captures nothing), and a
 // few look-alikes are harmless. Where the trap message is observable, the test also checks that it
 // names the job (or the bad value), so that a crash for an unrelated reason does not pass.
@@ -273,6 +279,39 @@ private final class BlockJobBox: @unchecked Sendable {
         #expect(
             standardErrorText(result).contains(
                 "GroupJob(name:maxConcurrentJobCount:jobs:): 0 is not a valid limit for 'zero-limit-group'"))
+    }
+
+    // `JobQueue.current` inside a child is the group's queue of children. Until 2026-11-25 a child
+    // could raise the group's limit there (a limit-1 group then ran 8 at once), or suspend it, and
+    // the group never finished (found by an audit).
+
+    @Test func limitingAGroupsChildrenFromInsideTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let child = BlockJob { JobQueue.current?.maxConcurrentJobCount = 8 }
+            let group = GroupJob(name: "limited-group", maxConcurrentJobCount: 1, jobs: [child])
+            JobQueue(name: "limited-group-queue").addJob(group)
+            await group.waitUntilFinished()
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "JobQueue.maxConcurrentJobCount: 'limited-group.children' runs a group's children, as the group says; it cannot be limited from outside the group"
+            ))
+    }
+
+    @Test func suspendingAGroupsChildrenFromInsideTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            // Were it not refused, `second` would never start and the group never finish: the
+            // process ends with success once `first` has finished, which fails the test.
+            let first = BlockJob { JobQueue.current?.isSuspended = true }
+            let group = GroupJob(name: "suspended-group", maxConcurrentJobCount: 1, jobs: [first, BlockJob {}])
+            JobQueue(name: "suspended-group-queue").addJob(group)
+            while !first.isFinished { sched_yield() }
+            exit(0)
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "JobQueue.isSuspended: 'suspended-group.children' runs a group's children, as the group says; it cannot be suspended or resumed from outside the group"
+            ))
     }
 
     @Test func aNegativeGroupLimitTraps() async {

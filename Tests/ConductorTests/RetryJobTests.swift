@@ -372,7 +372,7 @@ private func jobError(of job: Job) -> JobError? {
         }
         #expect(
             standardErrorText(result).contains(
-                "Job.waitUntilFinished(): 'retrier' is waited for from its attempt 'waiting attempt', which it waits for; it would never return"
+                "Job.waitUntilFinished(): 'retrier' is waited for from the work of 'waiting attempt', inside it (a group's child, a retry job's attempt), which it waits for; it would never return"
             ))
     }
 
@@ -386,7 +386,7 @@ private func jobError(of job: Job) -> JobError? {
         }
         #expect(
             standardErrorText(result).contains(
-                "Job.waitUntilFinished(): 'retrier' is waited for from its attempt 'waiting attempt', which it waits for; it would never return"
+                "Job.waitUntilFinished(): 'retrier' is waited for from the work of 'waiting attempt', inside it (a group's child, a retry job's attempt), which it waits for; it would never return"
             ))
     }
 

@@ -1,6 +1,13 @@
 import Conductor
 import ConductorTestSupport
+import Dispatch
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 // A `TaskJob`'s body runs on the cooperative pool, where no worker's thread context is set. A wait
 // from the body for its own job, or for its own queue, would never return; each form traps with
@@ -22,6 +29,32 @@ private func blockingWait(for job: Job) {
 /// The blocking `waitUntilAllJobsAreFinished()`, called from a synchronous function.
 private func blockingWait(for queue: JobQueue) {
     queue.waitUntilAllJobsAreFinished()
+}
+
+/// Runs, on a queue named 'group-queue', a group named 'waited-for group' (inside `outer`, if given)
+/// whose one child, named 'waiting child', is `makeChild(group, queue)`. Ends the process with
+/// success once the child's work is blocked in a wait (so no trap ended it first), which fails an
+/// exit test expecting a trap; returns the child otherwise, for the caller to watch.
+@discardableResult
+private func runGroupWhoseChild(
+    inside outer: GroupJob? = nil, exitOnceBlocked: Bool = true, _ makeChild: (GroupJob, JobQueue) -> Job
+) -> (GroupJob, Job) {
+    let queue = JobQueue(name: "group-queue")
+    let group = GroupJob(name: "waited-for group", jobs: [])
+    let child = makeChild(group, queue)
+    child.name = "waiting child"
+    group.addChild(child)
+    if let outer {
+        outer.addChild(group)
+        queue.addJob(outer)
+    } else {
+        queue.addJob(group)
+    }
+    if exitOnceBlocked {
+        while !child.explain().contains("its work is blocked in") { sched_yield() }
+        exit(0)
+    }
+    return (group, child)
 }
 
 // Each exit test has a time limit: before these waits were detected they hung instead of trapping.
@@ -68,6 +101,64 @@ private func blockingWait(for queue: JobQueue) {
             await job.waitUntilFinished()
         }
         #expect(standardErrorText(result).contains("called from a job running on 'task-queue-async'"))
+    }
+
+    // A group waits for its children, at any depth, and a queue for its group: a child's wait for
+    // either would never return. Until 2026-11-25 none of these trapped (found by an audit).
+
+    @Test func aChildsBlockingWaitForItsGroupTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            runGroupWhoseChild { group, _ in BlockJob { blockingWait(for: group) } }
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.waitUntilFinished(): 'waited-for group' is waited for from the work of 'waiting child', inside it (a group's child, a retry job's attempt), which it waits for; it would never return"
+            ))
+    }
+
+    @Test func aTaskJobChildAwaitingAGroupAroundItsGroupTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let box = JobBox()
+            let outer = GroupJob(name: "outer group", jobs: [])
+            box.job = outer
+            runGroupWhoseChild(inside: outer) { _, _ in TaskJob { await box.job!.waitUntilFinished() } }
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "'outer group' is waited for from the work of 'waiting child', inside it"))
+    }
+
+    @Test func aChildsBlockingWaitForItsGroupsQueueTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            runGroupWhoseChild { _, queue in BlockJob { blockingWait(for: queue) } }
+        }
+        #expect(standardErrorText(result).contains("called from a job running on 'group-queue'"))
+    }
+
+    @Test func aTaskJobChildAwaitingItsGroupsQueueTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            runGroupWhoseChild { _, queue in TaskJob { await queue.waitUntilAllJobsAreFinished() } }
+        }
+        #expect(standardErrorText(result).contains("called from a job running on 'group-queue'"))
+    }
+
+    @Test func aChildsCompletionBlockWaitingForItsGroupTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            // A wait in a callback is no job's, so `explain()` cannot show it blocked: were the trap
+            // missing, this ends the hang with success after a minute, as `.timeLimit` would if it
+            // could end an exit test's process. A trap comes at once.
+            DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(60)) { exit(0) }
+            let (group, _) = runGroupWhoseChild(exitOnceBlocked: false) { group, _ in
+                let child = BlockJob {}
+                child.completionBlock = { blockingWait(for: group) }
+                return child
+            }
+            await group.waitUntilFinished()
+        }
+        #expect(
+            standardErrorText(result).contains(
+                "Job.waitUntilFinished(): 'waited-for group' is waited for from an observer or completion block of 'waiting child', inside it"
+            ))
     }
 
     @Test func aTaskCreatedByTheBodyMayWaitForTheJobAndItsQueue() async throws {
