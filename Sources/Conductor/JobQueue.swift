@@ -96,10 +96,6 @@ public final class JobQueue: @unchecked Sendable {
     /// may return the group's last reference: hand what it returns to
     /// `_Actions.releaseAfterUnlocking(_:)`.
     @exclusivity(unchecked) weak var _owningGroup: GroupJob?
-    /// Whether this is a ``GroupJob``'s queue of children, whose limit and suspension are the
-    /// group's. Set once, as the group is made, before anything else can reach the queue; read
-    /// without the lock.
-    @exclusivity(unchecked) var _isGroupsChildren = false
     /// Links in the list of queues with unsettled jobs (`_activeQueues`), while the queue is on it.
     @exclusivity(unchecked) var _activeNext: Unmanaged<JobQueue>?
     @exclusivity(unchecked) var _activePrevious: Unmanaged<JobQueue>?
@@ -144,6 +140,10 @@ public final class JobQueue: @unchecked Sendable {
     /// The queue's ``RetryJob``s waiting out a backoff whose next attempt can run only on the main
     /// queue: a blocking wait on the main queue for the queue traps while there are any.
     @exclusivity(unchecked) var _retryWaitsOnTheMainQueue = 0
+    /// Whether this is a ``GroupJob``'s queue of children, whose limit and suspension are the
+    /// group's. Set once, as the group is made, before anything else can reach the queue; read
+    /// without the lock.
+    @exclusivity(unchecked) var _isGroupsChildren = false
 
     /// `_countingGroupRetain`'s group, retained. Call with `engineLock` held.
     var _countingGroup: GroupJob? {
