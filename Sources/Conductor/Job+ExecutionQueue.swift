@@ -70,12 +70,13 @@ extension Job {
             refusedGroup._cancelChildrenBecauseRefused()
         }
         let situation = "names the exclusivity category '\(category)', which"
-        // A job cancelled meanwhile keeps its own reason, as any cancelled job does. Its work never
-        // runs: it is let go now, or a block that captured the job would keep both alive.
+        // A job cancelled meanwhile keeps its own reason, as any cancelled job does, also when the
+        // cancel lands after this look (`unlessCancelled`). Its work never runs: it is let go now,
+        // or a block that captured the job would keep both alive.
         _finish(
             failure: isCancelled
                 ? nil : JobError(code: .categoryNotHeldByGroup, jobs: [self, group], situation: situation),
-            discardingWork: true)
+            discardingWork: true, unlessCancelled: true)
     }
 }
 

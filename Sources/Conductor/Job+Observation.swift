@@ -126,6 +126,12 @@ extension Job {
         engineLock.withLock { _batch != nil }
     }
 
+    /// How many waits for the job are pending. For tests: a wait that passed its traps is counted
+    /// before it blocks or suspends.
+    package var _pendingWaitCount: Int {
+        engineLock.withLock { _extras?.waiters.count ?? 0 }
+    }
+
     /// Calls `handler` with each lifecycle event that happens after this call.
     ///
     /// Events reach each observer at most once and in lifecycle order (`.ready`, `.started`,
@@ -266,9 +272,9 @@ extension Job {
             _trap(message)
         }
         let caller: Job
-        if let job = _ThreadContext.job, job === self || job._isInsideLocked(self) {
+        if blocking, let job = _ThreadContext.job, job._waitsFromItsWorkLocked(for: self) {
             caller = job
-        } else if let job = _TaskRunner.bodyJobOfCurrentTaskLocked(), job === self || job._isInsideLocked(self) {
+        } else if let job = _TaskRunner.bodyJobOfCurrentTaskLocked(), job._waitsFromItsWorkLocked(for: self) {
             caller = job
         } else {
             return
@@ -280,6 +286,16 @@ extension Job {
             : "Job.waitUntilFinished(): '\(name)' is waited for from the work of '\(caller._describeLocked)', inside it (a group's child, a retry job's attempt), which it waits for; it would never return"
         engineLock.unlock()
         _trap(message)
+    }
+
+    /// Whether a wait for `job` from this job's work would never return: `job` is this job, or one
+    /// this job is inside, and this job has not finished. Only a blocking wait is a synchronous
+    /// job's own (`_ThreadContext.job`): its work reaches an `await` only through a task it starts
+    /// (`Task.immediate` runs its first part on this thread), which is another task and may wait. A
+    /// job that finished, its callbacks delivered by another thread, settles once they return.
+    /// Call with `engineLock` held.
+    func _waitsFromItsWorkLocked(for job: Job) -> Bool {
+        _state != .finished && (self === job || _isInsideLocked(job))
     }
 
     /// The job that waits for this one besides its queue: the ``RetryJob`` it is an attempt of, or

@@ -145,6 +145,12 @@ public final class JobQueue: @unchecked Sendable {
     /// without the lock.
     @exclusivity(unchecked) var _isGroupsChildren = false
 
+    /// How many waits for the queue are pending. For tests: a wait that passed its traps is counted
+    /// before it blocks or suspends.
+    package var _pendingWaitCount: Int {
+        engineLock.withLock { _waiters.count }
+    }
+
     /// `_countingGroupRetain`'s group, retained. Call with `engineLock` held.
     var _countingGroup: GroupJob? {
         _countingGroupRetain?.takeUnretainedValue()
@@ -228,7 +234,7 @@ public final class JobQueue: @unchecked Sendable {
         let name = _displayNameLocked
         engineLock.unlock()
         _trap(
-            "\(property): '\(name)' runs a group's children, as the group says; it cannot be \(change) from outside the group: give the group its limit when you make it, or limit or suspend the group's own queue"
+            "\(property): '\(name)' runs a group's children, as the group says; it cannot be \(change) while the group runs them: give the group its limit when you make it, or limit or suspend the group's own queue"
         )
     }
 
@@ -551,9 +557,17 @@ public final class JobQueue: @unchecked Sendable {
                 "JobQueue.waitUntilAllJobsAreFinished(): called from an observer or completion block of '\(jobName)' on '\(name)'; the queue waits for that job, which settles only after those return, so it would never return"
             )
         }
+        // As for a job's own wait (`Job._waitsFromItsWorkLocked`): only a blocking wait is a
+        // synchronous job's, and a finished job's work waits for callbacks that end.
+        let threadJob = blocking ? _ThreadContext.job : nil
+        let unfinishedThreadJob = threadJob.map { $0._state != .finished } ?? true
         guard
-            _ThreadContext.queue === self || _ThreadContext.job?._isWaitedForLocked(by: self) == true
-                || _TaskRunner.bodyJobOfCurrentTaskLocked()?._isWaitedForLocked(by: self) == true
+            (blocking && _ThreadContext.queue === self && unfinishedThreadJob)
+                || (threadJob.map { $0._state != .finished && $0._isWaitedForLocked(by: self) } ?? false)
+                || (_TaskRunner.bodyJobOfCurrentTaskLocked().map {
+                    $0._state != .finished && $0._isWaitedForLocked(by: self)
+                }
+                    ?? false)
         else { return }
         let name = _displayNameLocked
         engineLock.unlock()

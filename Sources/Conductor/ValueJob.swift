@@ -27,6 +27,8 @@ public final class ValueJob<Value: Sendable>: Job, @unchecked Sendable {
         self.box = box
         runner = _TaskRunner(priority: priority) {
             let value = try await body()
+            // A direct call's run changes nothing: the job's value is its own run's.
+            if _TaskRunner.isDirectRun { return }
             engineLock.withLock { box.value = value }
         }
         super.init(finishesWhenExecuteReturns: false)

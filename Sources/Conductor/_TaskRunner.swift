@@ -81,8 +81,14 @@ final class _TaskRunner: @unchecked Sendable {
         let body = self.body
         engineLock.unlock()
         guard let body else { return }
-        Task(priority: priority) { try? await body() }
+        Task(priority: priority) {
+            try? await _TaskRunner.$isDirectRun.withValue(true) { try await body() }
+        }
     }
+
+    /// Whether the current task runs a body for a direct call of `execute()`: what the body makes
+    /// is not the job's (a ``ValueJob`` keeps no value from it).
+    @TaskLocal static var isDirectRun = false
 
     /// Moves the body into the box its task takes it from, or returns `nil` if it is gone. A
     /// separate function so that no local of `start(_:)` holds the body: the task may run it,
@@ -105,6 +111,11 @@ final class _TaskRunner: @unchecked Sendable {
     /// Runs `body` with `queue` as `JobQueue.current`; returns what it threw.
     private static func run(_ body: (@Sendable () async throws -> Void)?, on queue: JobQueue?) async -> (any Error)? {
         guard let body else { return nil }
+        // A job started from inside a direct call's run (its task inherits the task-local) is a
+        // job's own run: bound back only then, since binding a task-local allocates.
+        if isDirectRun {
+            return await $isDirectRun.withValue(false) { await run(body, on: queue) }
+        }
         do {
             try await JobQueue.$_taskQueue.withValue(queue) { try await body() }
             return nil

@@ -551,10 +551,12 @@ private func succeeded(_ job: Job) -> Bool {
         // A child added `straggler` to its queue (the group's queue of children), which does not
         // make it a child: the group finished without waiting for it. Cancelling a finished job
         // does nothing; until 2026-11-25 the group still cancelled what was left on that queue.
-        let straggler = AsyncBlockJob { _ in }
+        let stragglerStarted = DispatchSemaphore(value: 0)
+        let straggler = AsyncBlockJob { _ in stragglerStarted.signal() }
         let group = GroupJob(name: "finished-group", jobs: [BlockJob { JobQueue.current?.addJob(straggler) }])
         JobQueue(name: "finished-group-queue").addJob(group)
         await group.waitUntilFinished()
+        await waitForSignals(stragglerStarted)
         #expect(straggler.state == .executing)
         group.cancel()
         #expect(!straggler.isCancelled)

@@ -636,11 +636,13 @@ struct JobTests {
 
     @Test("a direct call of a ValueJob's execute() runs its body apart, and its own run runs it again")
     func directExecuteOfAValueJobLeavesTheBodyForItsRun() async throws {
-        // The body's first run, the direct one, waits until the job has finished. Until 2026-11-25
-        // the direct call took the body: the job's own run found none, succeeded at once with no
-        // value, and reading `result` crashed.
+        // The body's first run, the direct one, waits until the job has finished, then returns 1:
+        // the job's value stays its own run's, 2. Until 2026-11-25 the direct call took the body:
+        // the job's own run found none, succeeded at once with no value, and reading `result`
+        // crashed. A review then found the direct run's value replacing the finished job's.
         let runs = Counter()
         let directRunStarted = DispatchSemaphore(value: 0)
+        let directRunReturned = DispatchSemaphore(value: 0)
         let gate = DispatchSemaphore(value: 0)
         let job = ValueJob<Int> {
             runs.increment()
@@ -648,6 +650,7 @@ struct JobTests {
             if run == 1 {
                 directRunStarted.signal()
                 await runOnDispatchThread { gate.wait() }
+                directRunReturned.signal()
             }
             return run
         }
@@ -655,8 +658,16 @@ struct JobTests {
         await waitForSignals(directRunStarted)
         #expect(job.state == .ready, "calling execute() is not starting the job")
         JobQueue(name: "value-direct").addJob(job)
-        #expect(try await job.value == 2)
+        let value = try? await job.value
         gate.signal()
+        #expect(value == 2)
+        // The direct run would store its 1 just after its body returns: read the value many times
+        // from then on. With the fix there is nothing to see, whenever the reads happen.
+        await waitForSignals(directRunReturned)
+        let values = await runOnDispatchThread {
+            Set((0..<20_000).map { _ in (try? job.result?.get()) ?? -1 })
+        }
+        #expect(values == [2])
     }
 
     @Test("a BlockJob finishes only when all its blocks have returned")

@@ -294,7 +294,7 @@ private final class BlockJobBox: @unchecked Sendable {
         }
         #expect(
             standardErrorText(result).contains(
-                "JobQueue.maxConcurrentJobCount: 'limited-group.children' runs a group's children, as the group says; it cannot be limited from outside the group"
+                "JobQueue.maxConcurrentJobCount: 'limited-group.children' runs a group's children, as the group says; it cannot be limited while the group runs them"
             ))
     }
 
@@ -310,7 +310,7 @@ private final class BlockJobBox: @unchecked Sendable {
         }
         #expect(
             standardErrorText(result).contains(
-                "JobQueue.isSuspended: 'suspended-group.children' runs a group's children, as the group says; it cannot be suspended or resumed from outside the group"
+                "JobQueue.isSuspended: 'suspended-group.children' runs a group's children, as the group says; it cannot be suspended or resumed while the group runs them"
             ))
     }
 

@@ -144,21 +144,89 @@ private func runGroupWhoseChild(
 
     @Test func aChildsCompletionBlockWaitingForItsGroupTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-            // A wait in a callback is no job's, so `explain()` cannot show it blocked: were the trap
-            // missing, this ends the hang with success after a minute, as `.timeLimit` would if it
-            // could end an exit test's process. A trap comes at once.
-            DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(60)) { exit(0) }
+            // A wait in a callback is no job's work, so `explain()` cannot show it blocked; the
+            // group's count of pending waits can: the wait is counted once it passed the traps.
             let (group, _) = runGroupWhoseChild(exitOnceBlocked: false) { group, _ in
                 let child = BlockJob {}
                 child.completionBlock = { blockingWait(for: group) }
                 return child
             }
-            await group.waitUntilFinished()
+            while group._pendingWaitCount == 0 { sched_yield() }
+            exit(0)
         }
         #expect(
             standardErrorText(result).contains(
                 "Job.waitUntilFinished(): 'waited-for group' is waited for from an observer or completion block of 'waiting child', inside it"
             ))
+    }
+
+    // Waits that return, and must not trap (found by a review on 2026-11-25: the first two trapped,
+    // and so did the job's own and its queue's in the third).
+
+    @Test func aTaskAChildsWorkStartsMayAwaitTheGroupAndItsQueue() async {
+        // A job's synchronous work reaches an `await` only through a task it starts; with
+        // `Task.immediate` that task's first part runs on the job's thread. It is another task: the
+        // child returns, and the waits return once the group has finished.
+        await #expect(processExitsWith: .success) {
+            let waited = DispatchSemaphore(value: 0)
+            let (group, child) = runGroupWhoseChild(exitOnceBlocked: false) { group, queue in
+                BlockJob {
+                    Task.immediate {
+                        await group.waitUntilFinished()
+                        await queue.waitUntilAllJobsAreFinished()
+                        waited.signal()
+                    }
+                }
+            }
+            await waitForSignals(waited)
+            _ = (group, child)
+        }
+    }
+
+    @Test(arguments: [false, true])
+    func aChildThatFinishedMayWaitForItsGroupWhileAnotherThreadDeliversItsEvents(forTheQueue: Bool) async {
+        // The child finishes inside its work while another thread delivers its `.cancelled`; its
+        // `.finished`, and so its count-down in the group, waits for that delivery, which the test
+        // lets end once the child's wait is pending. The wait then returns.
+        let releaseDelivery = DispatchSemaphore(value: 0)
+        let deliveryStarted = DispatchSemaphore(value: 0)
+        let childStarted = DispatchSemaphore(value: 0)
+        let waitReturned = DispatchSemaphore(value: 0)
+        let box = JobBox()
+        let queue = JobQueue(name: "finished-child-waits")
+        let child = AsyncBlockJob { job in
+            childStarted.signal()
+            deliveryStarted.wait()
+            job.finish()
+            if forTheQueue {
+                queue.waitUntilAllJobsAreFinished()
+            } else {
+                box.job!.waitUntilFinished()
+            }
+            waitReturned.signal()
+        }
+        child.observe { event in
+            guard event == .cancelled else { return }
+            deliveryStarted.signal()
+            releaseDelivery.wait()
+        }
+        let group = GroupJob(name: "finished-child-group", jobs: [child])
+        box.job = group
+        queue.addJob(group)
+        await waitForSignals(childStarted)
+        DispatchQueue(label: "canceller").async { child.cancel() }
+        await runOnDispatchThread {
+            // The child's wait is the first pending one.
+            if forTheQueue {
+                while queue._pendingWaitCount == 0 { sched_yield() }
+            } else {
+                while group._pendingWaitCount == 0 { sched_yield() }
+            }
+            releaseDelivery.signal()
+        }
+        await waitForSignals(waitReturned)
+        await group.waitUntilFinished()
+        #expect(child.isCancelled)
     }
 
     @Test func aTaskCreatedByTheBodyMayWaitForTheJobAndItsQueue() async throws {
