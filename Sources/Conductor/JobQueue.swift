@@ -559,16 +559,19 @@ public final class JobQueue: @unchecked Sendable {
         }
         // As for a job's own wait (`Job._waitsFromItsWorkLocked`): only a blocking wait is a
         // synchronous job's, and a finished job's work waits for callbacks that end.
-        let threadJob = blocking ? _ThreadContext.job : nil
-        let unfinishedThreadJob = threadJob.map { $0._state != .finished } ?? true
-        guard
-            (blocking && _ThreadContext.queue === self && unfinishedThreadJob)
-                || (threadJob.map { $0._state != .finished && $0._isWaitedForLocked(by: self) } ?? false)
-                || (_TaskRunner.bodyJobOfCurrentTaskLocked().map {
-                    $0._state != .finished && $0._isWaitedForLocked(by: self)
-                }
-                    ?? false)
-        else { return }
+        var fromThisThread = false
+        if blocking {
+            if let job = _ThreadContext.job {
+                fromThisThread =
+                    job._state != .finished && (_ThreadContext.queue === self || job._isWaitedForLocked(by: self))
+            } else {
+                fromThisThread = _ThreadContext.queue === self
+            }
+        }
+        let fromTheBody = _TaskRunner.bodyJobOfCurrentTaskLocked().map {
+            $0._state != .finished && $0._isWaitedForLocked(by: self)
+        }
+        guard fromThisThread || fromTheBody == true else { return }
         let name = _displayNameLocked
         engineLock.unlock()
         _trap(
