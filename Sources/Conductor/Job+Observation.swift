@@ -76,7 +76,7 @@ final class _JobExtras: @unchecked Sendable {
     /// reference: the field goes with the side object once the attempt has settled (a finished
     /// job keeps none of it), and the side object is released after unlocking. The cycle with the
     /// retry job's `current` ends then.
-    @exclusivity(unchecked) var retryJob: Job?
+    @exclusivity(unchecked) var retryJob: RetryJob?
 
     /// Whether finishing has user code to run (observers, a completion block) or must go through the
     /// delivery already running on another thread, so that events keep their order.
@@ -222,7 +222,7 @@ extension Job {
                 "Job.waitUntilFinished(): called on the main queue for '\(_describeLocked)', which has not started"
             )
         }
-        if let retryJob = self as? RetryJob, retryJob._waitsForTheMainQueueLocked {
+        if _waitsForTheMainQueueLocked {
             JobQueue._trapIfOnTheMainQueueLocked(
                 "Job.waitUntilFinished(): called on the main queue for '\(_describeLocked)', a retry job waiting out its backoff, \(JobQueue._retryWaitProblem)"
             )

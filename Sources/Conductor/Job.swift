@@ -250,7 +250,7 @@ open class Job: @unchecked Sendable {
         _beginExecutingLocked(&actions)
         let elsewhere = _runsElsewhere
         // A retry job's attempt sees the retry job's queue as `JobQueue.current` there too.
-        let queue = elsewhere ? (_extras?.retryJob as? RetryJob)?._attemptQueueLocked : nil
+        let queue = elsewhere ? _extras?.retryJob?._attemptQueueLocked : nil
         engineLock.unlock()
         actions.perform()
         if elsewhere {
@@ -766,6 +766,10 @@ open class Job: @unchecked Sendable {
     /// Whether the job is made of other jobs (``GroupJob``, ``RetryJob``): its long executions are
     /// its children's or attempts', so ``StallWatchdog`` reports those instead.
     var _isComposite: Bool { false }
+
+    /// Whether a blocking wait on the main queue for the job would never return although it has
+    /// started: a ``RetryJob`` waiting out its backoff to retry there. Call with `engineLock` held.
+    var _waitsForTheMainQueueLocked: Bool { false }
 
     /// A new progress object for the job (`_progressLocked`), counting nowhere yet: one unit,
     /// complete if the job has finished. A ``GroupJob``'s adds up its children. Call with

@@ -142,7 +142,7 @@ public final class RetryJob: Job, @unchecked Sendable {
 
     public override func execute() {
         engineLock.lock()
-        let queue = _queue?.takeUnretainedValue() ?? (_extras?.retryJob as? RetryJob)?.runningQueue
+        let queue = _queue?.takeUnretainedValue() ?? _extras?.retryJob?.runningQueue
         runningQueue = queue
         engineLock.unlock()
         // Released here, not under the lock.
@@ -157,14 +157,14 @@ public final class RetryJob: Job, @unchecked Sendable {
     private var _attemptTargetLocked: DispatchQueue? {
         if let target = _extras?.executionQueue { return target }
         if let queue = _queue { return queue.takeUnretainedValue()._dispatchTargetLocked }
-        return (_extras?.retryJob as? RetryJob)?._attemptTargetLocked
+        return _extras?.retryJob?._attemptTargetLocked
     }
 
     /// Whether the retry job, or a retry job that is its attempt in flight, is waiting out its
     /// backoff and its next attempt can run only on the main queue (a blocking wait there for it
     /// would never return). Call with `engineLock` held.
-    var _waitsForTheMainQueueLocked: Bool {
-        waitsForTheMainQueue || (_currentAttemptLocked as? RetryJob)?._waitsForTheMainQueueLocked == true
+    override var _waitsForTheMainQueueLocked: Bool {
+        waitsForTheMainQueue || _currentAttemptLocked?._waitsForTheMainQueueLocked == true
     }
 
     public override func cancel() {
