@@ -138,7 +138,7 @@ struct DependencyBridgeTests {
 
     @Test(
         "an OperationJob refuses to wait for the operation it runs: a cycle naming it, graph unchanged",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func operationJobWaitingForItsOwnOperationIsRefused() async {
         let operation = BlockOperation {}
         let job = OperationJob(operation)
@@ -195,7 +195,7 @@ struct DependencyBridgeTests {
 
     @Test(
         "an operation waiting for the OperationJob that runs it traps, naming the job (Foundation hangs)",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func operationWaitingForItsOwnOperationJobTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let operation = BlockOperation {}

@@ -45,7 +45,7 @@ import Testing
     /// ready", and 167-169 (the proxy behind `operation.addDependency(job)` "reports finished ...
     /// when the job delivers `.finished`"). A Foundation dependent of a job therefore starts only
     /// once that job's Conductor dependent has been released.
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aFoundationDependentOfAJobRunsAfterTheJobsConductorDependentsWereReleased() async throws {
         let jobQueue = JobQueue(name: "bridge-step-one")
         let parked = JobQueue(name: "bridge-step-one-parked")

@@ -59,7 +59,7 @@ private func touchBothSides(
 
 @Suite("Public API called from inside the Foundation bridge's blocks")
 struct ReentrancyBridgeTests {
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func operationJobOnAJobQueue() async {
         let log = FailureLog(context: "ReentrancyBridgeTests: OperationJob")
         let queue = JobQueue(name: "bridge")
@@ -105,7 +105,7 @@ struct ReentrancyBridgeTests {
         log.reportIssues(summary: "OperationJob on a JobQueue")
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func jobOperationOnAnOperationQueue() async {
         let log = FailureLog(context: "ReentrancyBridgeTests: JobOperation")
         let operations = OperationQueue()

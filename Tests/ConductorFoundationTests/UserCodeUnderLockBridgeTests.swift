@@ -72,7 +72,7 @@ import Testing
 
         @Test(
             "OperationJobs, their operations and Foundation dependencies are released outside the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func operationJobsOnAJobQueue() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("operation jobs", limit: 3)
@@ -119,7 +119,7 @@ import Testing
             }
         }
 
-        @Test("JobOperations and the jobs they run are released outside the lock", .timeLimit(.minutes(1)))
+        @Test("JobOperations and the jobs they run are released outside the lock", .hangLimit)
         func jobOperationsOnAnOperationQueue() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("job operation dependencies", limit: 2)
@@ -160,7 +160,7 @@ import Testing
         }
 
         @Test(
-            "dependencies bridged both ways, and what they hold, are released outside the lock", .timeLimit(.minutes(1))
+            "dependencies bridged both ways, and what they hold, are released outside the lock", .hangLimit
         )
         func bridgedDependenciesBothWays() async {
             let ledger = CanaryLedger()

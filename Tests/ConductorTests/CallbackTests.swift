@@ -9,7 +9,7 @@ import Testing
 // assertion depends on timing.
 
 @Suite struct CallbackTests {
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func completionBlockMayWaitForTheJobsDependent() async throws {
         let queue = JobQueue(name: "completion-waits-for-dependent")
         let a = BlockJob {}
@@ -25,7 +25,7 @@ import Testing
         #expect(sawDependentFinished.value)
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func finishedObserverMayWaitForTheNextJobOfALimitOneQueue() async {
         let queue = JobQueue(name: "observer-waits-for-next", maxConcurrentJobCount: 1)
         let a = BlockJob {}

@@ -31,7 +31,7 @@ private final class CountsCancels: Job, @unchecked Sendable {
 }
 
 @Suite struct CancellationTests {
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func cancelAllJobsCancelsDependentsBeforeAnOverrideCanReleaseThem() async throws {
         // `running` finishes from its `cancel()` override. Its dependent must be cancelled by then,
         // never released to run. If it were released, its `.ready` handler (on the cancelling

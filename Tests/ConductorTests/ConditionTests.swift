@@ -149,7 +149,7 @@ private func succeeded(_ job: Job) -> Bool {
     // placement before letting the jobs run; if it is wrong, it records the issue and cancels the
     // queue's jobs, so that it fails instead of hanging.
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aGeneratedDependencyOfAJobOnAQueueRunsBeforeABarrierAddedAfterTheJob() async throws {
         let queue = JobQueue(name: "generated-before-barrier", maxConcurrentJobCount: 2)
         let gateQueue = JobQueue(name: "generated-gate")
@@ -173,7 +173,7 @@ private func succeeded(_ job: Job) -> Bool {
         }
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aGeneratedDependencyOfAJobHeldBehindABarrierIsHeldBehindTheSameOne() async {
         let queue = JobQueue(name: "generated-held", maxConcurrentJobCount: 2)
         let first = HeldJob(name: "first")
@@ -203,7 +203,7 @@ private func succeeded(_ job: Job) -> Bool {
         }
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aSharedGeneratedDependencyHeldBehindABarrierMovesUpToAnEarlierJob() async throws {
         // `login` is generated first for `late`, held behind the barrier, then for `early`, which
         // the barrier waits for: it moves up to `early`, and the job it generated with it.
@@ -232,7 +232,7 @@ private func succeeded(_ job: Job) -> Bool {
         }
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aGeneratedDependencyOfABarrierRunsBeforeIt() async {
         // A barrier is a member (`queue.jobs`) like any job. Until 2026-11-25 a condition with a
         // generated dependency added to one that waited was an internal trap.
@@ -277,7 +277,7 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(succeeded(gated))
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func severalConditionsAreEvaluatedConcurrently() async {
         // Each condition waits until the other has started: evaluated one after the other, they
         // would never return.
@@ -302,7 +302,7 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(succeeded(job))
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aConditionThatNeverAnswersCanBeCancelled() async {
         let queue = JobQueue(name: "condition-never")
         let evaluating = Signal()
@@ -319,7 +319,7 @@ private func succeeded(_ job: Job) -> Bool {
         #expect(job.cancellationReason == CancellationReason(code: .requested, detail: "gave up"))
     }
 
-    @Test(.timeLimit(.minutes(2)))
+    @Test(.hangLimit)
     func anEvaluationThatAddsAConditionIsStillCancelledWithItsJob() async {
         // The evaluation adds a condition at once, which makes it stale, often before the thread
         // that started its task has recorded that task. The job's cancellation must cancel it all

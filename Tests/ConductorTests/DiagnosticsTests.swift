@@ -99,7 +99,7 @@ private final class FailingJob: Job, @unchecked Sendable {
         #expect(report.explain() == "'report' is finished, priority normal: succeeded.")
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aConditionBeingEvaluatedIsNamed() async {
         let queue = JobQueue(name: "diag-condition")
         let evaluating = Signal()

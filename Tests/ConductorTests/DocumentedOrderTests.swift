@@ -217,7 +217,7 @@ private func whereAmI() -> String {
     /// Concepts.md:283-284, the other thread's case: `cancel()` called on another thread while
     /// `.started` is being delivered returns without delivering, and the delivering thread delivers
     /// `.cancelled` once the `.started` handler has returned.
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func anEventCausedOnAnotherThreadIsDeliveredByTheThreadAlreadyDelivering() async {
         let (queue, _) = makeJobQueueOnSerialWorker("deliverer")
         let inStarted = DispatchSemaphore(value: 0)
@@ -318,7 +318,7 @@ private func whereAmI() -> String {
     /// was still delivering an earlier one of the same job is delivered later, by that thread. So
     /// an observer that the `.ready` handler adds after the job has started (its state is
     /// `executing`) still gets `.started` (Job+Observation.swift, `_deliverEvents()`).
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func anObserverAddedAfterAnEventHappenedButBeforeItWasDeliveredGetsIt() async {
         let queue = JobQueue(name: "late-observer-pending")
         queue.qualityOfService = .utility

@@ -186,7 +186,7 @@ private func runOneJob(of name: String, on queue: JobQueue) async {
         #expect(JobQueue._exclusivityCategoriesInUse(among: names) == 0)
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func theRegistryKeepsNoMoreIdleCategoriesThanItsLimit() async {
         // One job per category, one category after another: each is idle once its job finished.
         // The registry keeps some of them for the next job that names one, never more than its
@@ -212,7 +212,7 @@ private func runOneJob(of name: String, on queue: JobQueue) async {
         }
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func theRegistryForgetsTheCategoryIdleLongest() async {
         // Filled with idle categories, the registry forgets the one idle longest when another goes
         // idle: "a" was idle first, but used again it is the newest, so "b" is forgotten.
@@ -230,7 +230,7 @@ private func runOneJob(of name: String, on queue: JobQueue) async {
         }
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aCategoryInUseIsNeverForgotten() async {
         // "busy" was idle, then is held again: however many categories go idle meanwhile, the
         // registry keeps it, and a second job naming it waits for the holder.
@@ -261,7 +261,7 @@ private func runOneJob(of name: String, on queue: JobQueue) async {
         }
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aJobThatLeftTheLineOfAForgottenCategoryWaitsForItsNewHolder() async {
         // `waiting` joins the line of "x", leaves it (it gains a dependency), and "x" goes idle and
         // is forgotten. When `waiting` is claimed again it must find the "x" that `second` now

@@ -447,7 +447,7 @@ private let specificKey = DispatchSpecificKey<String>()
     /// worker stops claiming; a helper that kept standing by would leave the test hanging.
     @Test(
         "a worker stuck in a job or its callbacks after a run of short jobs gets a helper",
-        .timeLimit(.minutes(1)),
+        .hangLimit,
         arguments: [false, true])
     func stuckWorkerGetsAHelper(blockInCompletion: Bool) async {
         let queue = blockingQueue("helper", limit: 2)

@@ -42,7 +42,7 @@ import Testing
 // Those tests therefore wait for the deinit itself: the body throws an error object that the job
 // keeps in `error` until it is freed, and whose deinit fires a `Signal`; captured objects fire one
 // too. `Signal.wait()` ends when its task is cancelled, so a leak there fails through the tests'
-// one-minute time limit (a guard against hanging, far above the microseconds the release takes;
+// time limit (`.hangLimit`, a guard against hanging, far above the microseconds the release takes;
 // nothing is measured).
 
 // MARK: - Helpers
@@ -275,7 +275,7 @@ struct LeakTests {
 
     @Test(
         "a finished TaskJob and what its body captured are freed (awaited through their deinits)",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func finishedTaskJob() async {
         let harness = Harness("TaskJob")
         let jobFreed = Signal()
@@ -493,7 +493,7 @@ struct LeakTests {
         }
     }
 
-    @Test("a TaskJob whose body captures the job is freed (awaited through its deinit)", .timeLimit(.minutes(1)))
+    @Test("a TaskJob whose body captures the job is freed (awaited through its deinit)", .hangLimit)
     func taskBodyCapturingItsJob() async {
         let harness = Harness("self-capturing TaskJob")
         let jobFreed = Signal()

@@ -95,7 +95,7 @@ private final class StartedJob: AsynchronousJob, @unchecked Sendable {
 struct LifecycleRaceTests {
     @Test(
         "An AsyncBlockJob's finish(), finish(throwing:) and cancel() at once, half with a zero timeout too",
-        .timeLimit(.minutes(2)))
+        .hangLimit)
     func asyncBlockJobFinishedCancelledAndTimedOutAtOnce() async {
         let ledger = CanaryLedger()
         let queue = JobQueue(name: "race")
@@ -125,7 +125,7 @@ struct LifecycleRaceTests {
         ledger.expectAllFreedOutsideTheLock(minimum: rounds)
     }
 
-    @Test("An AsynchronousJob finished and cancelled at once is freed", .timeLimit(.minutes(2)))
+    @Test("An AsynchronousJob finished and cancelled at once is freed", .hangLimit)
     func asynchronousJobFinishedAndCancelledAtOnceIsFreed() async {
         let ledger = CanaryLedger()
         let queue = JobQueue(name: "race")
@@ -147,7 +147,7 @@ struct LifecycleRaceTests {
         ledger.expectAllFreedOutsideTheLock(minimum: rounds)
     }
 
-    @Test("A BlockJob cancelled as it is added runs at most once", .timeLimit(.minutes(2)))
+    @Test("A BlockJob cancelled as it is added runs at most once", .hangLimit)
     func blockJobCancelledAsItIsAdded() async {
         let ledger = CanaryLedger()
         let queue = JobQueue(name: "race", maxConcurrentJobCount: 2)
@@ -170,7 +170,7 @@ struct LifecycleRaceTests {
         ledger.expectAllFreedOutsideTheLock(minimum: rounds)
     }
 
-    @Test("A ValueJob's value, awaited while it is cancelled, agrees with its outcome", .timeLimit(.minutes(2)))
+    @Test("A ValueJob's value, awaited while it is cancelled, agrees with its outcome", .hangLimit)
     func valueJobAwaitedWhileCancelled() async {
         let queue = JobQueue(name: "race")
         for round in 0..<rounds {
@@ -199,7 +199,7 @@ struct LifecycleRaceTests {
 
     @Test(
         "Dependencies removed and added while the dependency finishes: the dependent runs once",
-        .timeLimit(.minutes(2)))
+        .hangLimit)
     func dependencyEditedWhileItFinishes() async throws {
         let queue = JobQueue(name: "race")
         for round in 0..<rounds {
@@ -232,7 +232,7 @@ struct LifecycleRaceTests {
 
     @Test(
         "A GroupJob cancelled while its children finish: each settles once, and all are freed",
-        .timeLimit(.minutes(2)))
+        .hangLimit)
     func groupCancelledWhileChildrenFinish() async {
         let ledger = CanaryLedger()
         let queue = JobQueue(name: "race")
@@ -271,7 +271,7 @@ struct LifecycleRaceTests {
 
     @Test(
         "A GroupJob or RetryJob cancelled as its last child or attempt fails ends cancelled",
-        .timeLimit(.minutes(2)), arguments: [false, true])
+        .hangLimit, arguments: [false, true])
     func compositeCancelledAsItsLastJobFails(retry: Bool) async {
         // The composite decides its outcome and finishes in one critical section. Until 2026-11-25
         // a cancel() between the two ended it `.failed` though `isCancelled` (an audit saw 8 to 50
@@ -311,7 +311,7 @@ struct LifecycleRaceTests {
         #expect(wrong.isEmpty, "\(wrong.count) of \(cancelled) cancelled: \(wrong.prefix(3))")
     }
 
-    @Test("A group's child refused its category as it is cancelled ends cancelled", .timeLimit(.minutes(2)))
+    @Test("A group's child refused its category as it is cancelled ends cancelled", .hangLimit)
     func childRefusedItsCategoryAsItIsCancelled() async {
         // The child names a category no group around it holds: claimed, it fails without running,
         // unless it was cancelled, which keeps its own reason. Until 2026-11-25 a cancel landing
@@ -340,7 +340,7 @@ struct LifecycleRaceTests {
         #expect(wrong.isEmpty, "\(wrong.count) wrong: \(wrong.prefix(3))")
     }
 
-    @Test("Blocking and async waits while the job is cancelled all return", .timeLimit(.minutes(2)))
+    @Test("Blocking and async waits while the job is cancelled all return", .hangLimit)
     func waitsWhileCancelled() async {
         let queue = JobQueue(name: "race", maxConcurrentJobCount: 1)
         for round in 0..<rounds {
@@ -367,7 +367,7 @@ struct LifecycleRaceTests {
 
     @Test(
         "An observer and a completion block set as the job finishes: each runs at most once, and is freed",
-        .timeLimit(.minutes(2)))
+        .hangLimit)
     func callbacksSetAsTheJobFinishes() async {
         let ledger = CanaryLedger()
         let queue = JobQueue(name: "race")
@@ -404,7 +404,7 @@ struct LifecycleRaceTests {
         ledger.expectAllFreedOutsideTheLock(minimum: 2 * rounds)
     }
 
-    @Test("cancelAllJobs() while jobs are added and one finishes: each settles once", .timeLimit(.minutes(2)))
+    @Test("cancelAllJobs() while jobs are added and one finishes: each settles once", .hangLimit)
     func cancelAllJobsWhileJobsAreAddedAndFinish() async {
         let queue = JobQueue(name: "race", maxConcurrentJobCount: 2)
         for round in 0..<rounds / 2 {

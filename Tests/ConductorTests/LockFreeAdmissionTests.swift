@@ -34,7 +34,7 @@ private func expectPushed(_ queue: JobQueue, _ expected: Int, sourceLocation: So
 @Suite struct LockFreeAdmissionTests {
     @Test(
         "closures pushed onto a suspended queue are members, counted, described and cancelled at once",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func pushedJobsAreMembers() async {
         let queue = JobQueue(name: "pushed")
         queue.isSuspended = true
@@ -76,7 +76,7 @@ private func expectPushed(_ queue: JobQueue, _ expected: Int, sourceLocation: So
 
     @Test(
         "cancelAllJobs cancels the closures not yet admitted, behind a barrier too; later closures run",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func cancelAllCancelsPushedJobs() async {
         let queue = JobQueue(name: "cancel-pushed")
         queue.isSuspended = true
@@ -108,7 +108,7 @@ private func expectPushed(_ queue: JobQueue, _ expected: Int, sourceLocation: So
 
     @Test(
         "pushed closures keep their place among jobs added under the lock, a barrier and a batch",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func pushedJobsKeepTheirPlace() async {
         let queue = JobQueue(name: "order", maxConcurrentJobCount: 1)
         queue.isSuspended = true
@@ -130,7 +130,7 @@ private func expectPushed(_ queue: JobQueue, _ expected: Int, sourceLocation: So
 
     @Test(
         "a closure pushed while the queue's only slot is held runs once the slot frees, with no wait to admit it",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func pushedWhileSaturatedRuns() async {
         let (queue, worker) = makeJobQueueOnSerialWorker("saturated", limit: 1)
         let held = HeldJob(name: "held")
@@ -151,7 +151,7 @@ private func expectPushed(_ queue: JobQueue, _ expected: Int, sourceLocation: So
 
     @Test(
         "a closure pushed before a waiting job becomes ready runs first, and the queue's count keeps it",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func pushedJobsPrecedeLaterReadiness() async throws {
         let (queue, worker) = makeJobQueueOnSerialWorker("readiness", limit: 1)
         let held = HeldJob(name: "held")
@@ -173,11 +173,10 @@ private func expectPushed(_ queue: JobQueue, _ expected: Int, sourceLocation: So
         #expect(queue.progress.totalUnitCount == 3)
     }
 
-    // Two minutes: a fraction of a second alone, but 28 to 42 s under ThreadSanitizer beside the whole
-    // suite in CI.
+    // A fraction of a second alone, but 28 to 42 s under ThreadSanitizer beside the whole suite in CI.
     @Test(
         "a wait that began before closures were pushed returns only after they ran (200 rounds)",
-        .timeLimit(.minutes(2)))
+        .hangLimit)
     func waitCoversJobsPushedDuringIt() async {
         for round in 0..<200 {
             let queue = JobQueue(name: "wait-\(round)", maxConcurrentJobCount: 1)
@@ -205,7 +204,7 @@ private func expectPushed(_ queue: JobQueue, _ expected: Int, sourceLocation: So
 
     @Test(
         "four threads pushing 5,000 closures each onto a limit-2 queue: each runs exactly once, none is left behind",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func producersLoseNothing() async {
         let queue = JobQueue(name: "producers", maxConcurrentJobCount: 2)
         let producers = 4

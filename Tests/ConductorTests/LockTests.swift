@@ -22,7 +22,7 @@ private final class GuardedTotal: @unchecked Sendable {
 @Suite struct LockTests {
     /// Four threads on two cores add to a total under the lock, each holding it across a yield now
     /// and then, so that the others may run out of spins and sleep: no increment is lost.
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func contendedAcquisitionsExcludeEachOther() async {
         let lock = _Lock()
         let total = GuardedTotal()
@@ -50,7 +50,7 @@ private final class GuardedTotal: @unchecked Sendable {
     /// Threads that find the lock held go to sleep on it (the first marks the lock, state 2, on its
     /// way to sleep), and the holder's release wakes them all in turn: each thread woken takes the
     /// lock keeping the mark, so that its own release wakes the next.
-    @Test(.timeLimit(.minutes(1)), arguments: [1, 3])
+    @Test(.hangLimit, arguments: [1, 3])
     func threadsAsleepOnTheLockAreWokenInTurn(sleepers: Int) async {
         let lock = _Lock()
         let total = GuardedTotal()
@@ -86,7 +86,7 @@ private final class GuardedTotal: @unchecked Sendable {
     #if DEBUG
         /// In debug builds (`CONDUCTOR_INVARIANTS`), taking the lock again on the thread that holds it
         /// traps with a message, where a release build would deadlock.
-        @Test(.timeLimit(.minutes(1)))
+        @Test(.hangLimit)
         func aRecursiveAcquisitionTrapsInDebugBuilds() async {
             let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
                 let lock = _Lock()
@@ -98,7 +98,7 @@ private final class GuardedTotal: @unchecked Sendable {
 
         /// In debug builds, releasing the lock from a thread that does not hold it traps with a
         /// message, where a release build would let two threads in at once.
-        @Test(.timeLimit(.minutes(1)))
+        @Test(.hangLimit)
         func aReleaseByAnotherThreadTrapsInDebugBuilds() async {
             let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
                 let lock = _Lock()

@@ -466,7 +466,7 @@ private final class BlockJobBox: @unchecked Sendable {
         #expect(standardErrorText(result).contains("self-waiting-queued-job"))
     }
 
-    @Test(.timeLimit(.minutes(1))) func waitUntilFinishedFromOwnCompletionBlockTraps() async {
+    @Test(.hangLimit) func waitUntilFinishedFromOwnCompletionBlockTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = JobQueue(name: "misuse-callback-wait")
             let job = BlockJob {}
@@ -482,7 +482,7 @@ private final class BlockJobBox: @unchecked Sendable {
             ])
     }
 
-    @Test(.timeLimit(.minutes(1))) func waitingForTheQueueFromAnObserverOfOneOfItsJobsTraps() async {
+    @Test(.hangLimit) func waitingForTheQueueFromAnObserverOfOneOfItsJobsTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = JobQueue(name: "queue-waited-for-by-an-observer")
             let job = BlockJob {}
@@ -524,7 +524,7 @@ private final class BlockJobBox: @unchecked Sendable {
         }
     }
 
-    @Test(.timeLimit(.minutes(1))) func asyncWaitsStartedInsideACallbackForItsJobOrQueueDoNotTrap() async {
+    @Test(.hangLimit) func asyncWaitsStartedInsideACallbackForItsJobOrQueueDoNotTrap() async {
         // The blocking waits from a job's own callbacks trap (above); an `async` one suspends, and
         // returns once the job has settled, even when a task started at once inside the callback
         // runs its first part on the delivering thread.

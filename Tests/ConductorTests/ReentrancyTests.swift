@@ -997,76 +997,76 @@ private func runInChildProcess(_ scenario: Scenario, sourceLocation: SourceLocat
 
 @Suite("Public API called from inside every callback")
 struct ReentrancyTests {
-    @Test("job bodies: BlockJob blocks, a Job subclass, work on an execution queue, a barrier", .timeLimit(.minutes(1)))
+    @Test("job bodies: BlockJob blocks, a Job subclass, work on an execution queue, a barrier", .hangLimit)
     func jobBodies() async {
         await runInChildProcess(.jobBodies)
     }
 
-    @Test("asynchronous bodies: AsyncBlockJob, TaskJob, ValueJob", .timeLimit(.minutes(1)))
+    @Test("asynchronous bodies: AsyncBlockJob, TaskJob, ValueJob", .hangLimit)
     func asynchronousBodies() async {
         await runInChildProcess(.asynchronousBodies)
     }
 
-    @Test("observers of every event: ready, started, cancelled, finished", .timeLimit(.minutes(1)))
+    @Test("observers of every event: ready, started, cancelled, finished", .hangLimit)
     func observers() async {
         await runInChildProcess(.observers)
     }
 
     @Test(
         "completion blocks, of jobs that succeeded, failed with a JobError, or were cancelled, and a group's",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func completionBlocks() async {
         await runInChildProcess(.completionBlocks)
     }
 
     @Test(
         "conditions: name reading the engine, dependency(for:), evaluate(for:), a failure, a cycle",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func conditions() async {
         await runInChildProcess(.conditions)
     }
 
     @Test(
         "a condition's evaluate(for:) has no current queue, even for a job added from a TaskJob's body",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func conditionOfAJobAddedFromATaskJob() async {
         await runInChildProcess(.conditionOfAJobAddedFromATaskJob)
     }
 
-    @Test("progress observers, of a job's progress and of its queue's", .timeLimit(.minutes(1)))
+    @Test("progress observers, of a job's progress and of its queue's", .hangLimit)
     func progressObservers() async {
         await runInChildProcess(.progressObservers)
     }
 
     @Test(
         "observers, completion and progress observers a TaskJob's body causes have no current queue",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func callbacksCausedByATaskJobsBody() async {
         await runInChildProcess(.callbacksCausedByATaskJobsBody)
     }
 
-    @Test("a StallWatchdog's onStall, which stops its watchdog", .timeLimit(.minutes(1)))
+    @Test("a StallWatchdog's onStall, which stops its watchdog", .hangLimit)
     func stallWatchdog() async {
         await runInChildProcess(.stallWatchdog)
     }
 
     @Test(
         "a RetryJob's attempt factory, shouldRetry and a later attempt; a factory cancelling its retry job",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func retryJobs() async {
         await runInChildProcess(.retryJobs)
     }
 
     @Test(
         "cancel() overrides, whatever the cause: cancel, reason, timeout, cancelAllJobs, cascade, group, condition",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func cancelOverrides() async {
         await runInChildProcess(.cancelOverrides)
     }
 
     @Test(
         "a GroupJob child's work that produces a job and adds a child; the group's completion block",
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     func groupChildren() async {
         await runInChildProcess(.groupChildren)
     }

@@ -58,7 +58,7 @@ private func runGroupWhoseChild(
 }
 
 // Each exit test has a time limit: before these waits were detected they hung instead of trapping.
-@Suite(.timeLimit(.minutes(1))) struct SelfWaitTests {
+@Suite(.hangLimit) struct SelfWaitTests {
     @Test func taskJobBlockingWaitForItselfTraps() async {
         let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let box = JobBox()

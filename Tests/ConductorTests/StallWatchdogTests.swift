@@ -83,7 +83,7 @@ private final class Watch: Sendable {
 }
 
 @Suite(.serialized) struct StallWatchdogTests {
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aForgottenFinishIsReportedOnceAsALongExecution() async {
         let job = HeldJob(name: "wd-forgotten")
         let queue = JobQueue(name: "wd-long")
@@ -110,7 +110,7 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aQueueWhoseWorkersCannotRunIsReportedOnceAsNoProgress() async {
         // The queue's workers run on a serial Dispatch queue that a block occupies.
         let blocked = DispatchQueue(label: "wd-blocked")
@@ -145,7 +145,7 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aJobWaitingForTheJobThatNeedsItsSlotIsReportedOnceAsAWaitCycle() async {
         let queue = JobQueue(name: "wd-self-wait", maxConcurrentJobCount: 1)
         let needed = BlockJob {}
@@ -175,7 +175,7 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aCycleThroughACategoryIsReportedAsAWaitCycle() async {
         let category = "wd-category-\(UInt64.random(in: 0...UInt64.max))"
         let queue = JobQueue(name: "wd-category", maxConcurrentJobCount: 2)
@@ -201,7 +201,7 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
-    @Test(.timeLimit(.minutes(2)))
+    @Test(.hangLimit)
     func aHealthyRunOfAHundredThousandJobsIsNotReported() async {
         // A long threshold, so that a busy machine cannot make a healthy job look stuck, but
         // frequent wake-ups, so that the wait-cycle search runs many times during the run.
@@ -247,7 +247,7 @@ private final class Watch: Sendable {
         #expect(watch.reports.values.map(\.description) == [])
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aWaitForAJobThatCanStillFinishIsNotACycle() async {
         let holder = HeldJob(name: "wd-held")
         let elsewhere = JobQueue(name: "wd-elsewhere")
@@ -269,7 +269,7 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func anAsynchronousJobBlockedInAWaitIsNotACycleSinceAnotherThreadMayFinishIt() async {
         let queue = JobQueue(name: "wd-async-waiter", maxConcurrentJobCount: 1)
         let later = BlockJob {}
@@ -291,7 +291,7 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aGroupHoldingTheSlotItsChildNeedsIsReportedAsAWaitCycle() async throws {
         let queue = JobQueue(name: "wd-group-queue", maxConcurrentJobCount: 1)
         let sibling = BlockJob {}
@@ -323,7 +323,7 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aWaitForTheChildOfAnUnstartedGroupThatWaitsForTheWaiterIsReportedAsAWaitCycle() async throws {
         // The waiter's work waits for the child; the child, ready on the group's queue of children,
         // waits for the group to start (that queue is suspended until then); the group waits for
@@ -359,7 +359,7 @@ private final class Watch: Sendable {
         #expect(group.outcome?.isSucceeded == true)
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aReportStillBeingWrittenWhenStopReturnsIsNotDelivered() async throws {
         // The group's wait cycle (as in the test above), with a condition on the child: the
         // report's text names it, and its name blocks the watchdog's thread until the test has
@@ -395,7 +395,7 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aThresholdTooLongToCountInNanosecondsMeansNever() async {
         // 300,000 years is more nanoseconds than UInt64 holds: the count wrapped, to 21 µs, and the
         // watchdog reported every job; beyond Int64 seconds, `Duration.components` trapped in `init`.
@@ -414,7 +414,7 @@ private final class Watch: Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.hangLimit)
     func aChildThatWaitsForItsGroupThroughAnotherJobIsReportedAsAWaitCycle() async throws {
         // Not refused (Concepts, the misuse table: `addDependency` refuses a child waiting for its
         // group directly, not through another job's edges): the child waits for the middle job,

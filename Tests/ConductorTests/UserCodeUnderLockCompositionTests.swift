@@ -128,7 +128,7 @@ import Testing
 
         @Test(
             "conditions that pass, fail or throw, with generated dependencies, are released outside the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func conditionsPassFailOrThrow() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("conditions", limit: 4)
@@ -198,7 +198,7 @@ import Testing
             return WeakReference(job)
         }
 
-        @Test("a job cancelled while its conditions evaluate lets them go outside the lock", .timeLimit(.minutes(1)))
+        @Test("a job cancelled while its conditions evaluate lets them go outside the lock", .hangLimit)
         func cancelledWhileConditionsEvaluate() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("cancelled-conditions")
@@ -227,7 +227,7 @@ import Testing
         }
 
         @Test(
-            "conditions on the jobs of a queue its owner dropped are released outside the lock", .timeLimit(.minutes(1))
+            "conditions on the jobs of a queue its owner dropped are released outside the lock", .hangLimit
         )
         func conditionsOnADroppedQueue() async {
             let ledger = CanaryLedger()
@@ -333,7 +333,7 @@ import Testing
 
         @Test(
             "jobs a group refuses their categories, and those sharing its own, are released outside the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func groupChildrenRefusedTheirCategories() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("group categories", limit: 4)
@@ -381,7 +381,7 @@ import Testing
 
         @Test(
             "a group's children, their CanaryErrors in its GroupFailure, produced jobs and nested groups are released outside the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func groupsWithFailuresAndProducedJobs() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("groups", limit: 4)
@@ -421,7 +421,7 @@ import Testing
             return (group, held)
         }
 
-        @Test("a group cancelled with unfinished children releases them outside the lock", .timeLimit(.minutes(1)))
+        @Test("a group cancelled with unfinished children releases them outside the lock", .hangLimit)
         func groupCancelledWithUnfinishedChildren() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("cancelled-groups")
@@ -463,7 +463,7 @@ import Testing
             return held
         }
 
-        @Test("a group let go by its user while it runs is released outside the lock", .timeLimit(.minutes(1)))
+        @Test("a group let go by its user while it runs is released outside the lock", .hangLimit)
         func groupLetGoMidRun() async {
             let ledger = CanaryLedger()
             for index in 0..<100 {
@@ -495,7 +495,7 @@ import Testing
 
         @Test(
             "a finished job given to a group lets the progress it finished in go outside the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func finishedChildLeavesItsQueuesProgress() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("late children")
@@ -549,7 +549,7 @@ import Testing
 
         @Test(
             "a retry job's factory, shouldRetry, attempts and their CanaryErrors are released outside the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func retryAttemptsFailingWithCanaryErrors() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("retries", limit: 4)
@@ -695,7 +695,7 @@ import Testing
 
         @Test(
             "progress observers, kept, removed or dropped with their queue, are released outside the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func progressObservers() async {
             let ledger = CanaryLedger()
             var queues: [WeakReference<JobQueue>] = []
@@ -754,7 +754,7 @@ import Testing
 
         @Test(
             "a StallWatchdog's onStall, started, stopped or dropped while running, is released outside the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func stallWatchdogHandlers() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("watched")
@@ -803,7 +803,7 @@ import Testing
 
         @Test(
             "explain(), descriptions and dot graphs taken while jobs finish release nothing under the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func diagnosticsWhileJobsFinish() async {
             let ledger = CanaryLedger()
             for round in 0..<5 {
@@ -854,7 +854,7 @@ import Testing
 
         @Test(
             "a job finished while its work waits in waitUntilFinished() is freed, and outside the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func jobFinishedWhileItsWorkWaits() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("blocked", limit: 4)
@@ -883,7 +883,7 @@ import Testing
 
         @Test(
             "closures that capture JobQueue.current, in groups, task jobs and attempts, are released outside the lock",
-            .timeLimit(.minutes(1)))
+            .hangLimit)
         func closuresCapturingTheCurrentQueue() async {
             let ledger = CanaryLedger()
             let (queue, worker) = makeJobQueueOnSerialWorker("current", limit: 3)

@@ -243,7 +243,7 @@ import Testing
 
     @Suite(
         "Nothing a user handed Conductor is freed under the engine lock: core jobs", .serialized,
-        .timeLimit(.minutes(1)))
+        .hangLimit)
     struct UserCodeUnderLockTests {
 
         // MARK: Blocks, bodies and callbacks of jobs that run
