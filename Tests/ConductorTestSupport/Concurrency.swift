@@ -88,6 +88,19 @@ package struct Signal: Sendable {
     }
 }
 
+/// An object whose lifetime a test watches; optionally fires `signal` from its deinit. A waiter
+/// can resume before the thread that finished a job has let go of what it released: a test that
+/// checks a release awaits the signal (a leak then fails through the test's `.hangLimit`).
+package final class Tracked: Sendable {
+    package let signal: Signal?
+
+    package init(signal: Signal? = nil) {
+        self.signal = signal
+    }
+
+    deinit { signal?.fire() }
+}
+
 /// A reader–writer lock (a pthread rwlock, which ThreadSanitizer understands): any number of
 /// readers at once, or one writer.
 // @unchecked Sendable: the rwlock itself is the synchronization.

@@ -271,9 +271,11 @@ private struct LoginCondition: JobCondition {
         #expect(group.progress.completedUnitCount == 2)
     }
 
-    @Test func aFinishedJobsProgressReleasesItsObserversAfterTheLastReport() async {
-        final class Captured: Sendable {}
-        var captured: Captured? = Captured()
+    @Test(.hangLimit) func aFinishedJobsProgressReleasesItsObserversAfterTheLastReport() async {
+        // The finishing thread lets go of the observers after the waiters resume: the test waits
+        // for the release, while it still holds the job.
+        let freed = Signal()
+        var captured: Tracked? = Tracked(signal: freed)
         let weak = WeakReference(captured)
         let reports = Counter()
         let job = BlockJob {}
@@ -289,6 +291,7 @@ private struct LoginCondition: JobCondition {
         await reported.wait()
         await queue.waitUntilAllJobsAreFinished()
         #expect(reports.value == 1)
+        await freed.wait()
         #expect(weak.object == nil)
         // A finished progress never changes: observing it registers nothing.
         job.progress.observe { _ in reports.increment() }

@@ -533,7 +533,7 @@ private let specificKey = DispatchSpecificKey<String>()
         // three cancelled: once the stale entries outnumber the live ones (at the 151st),
         // compaction drops them while the queue is still suspended; the rest go when the line
         // empties. One in fifty: each is dropped when a pop skips it.
-        let queue = JobQueue(name: "cancelled-in-line", maxConcurrentJobCount: 1)
+        let (queue, worker) = makeJobQueueOnSerialWorker("cancelled-in-line", limit: 1)
         queue.isSuspended = true
         let compacted = Self.addAndCancel(300, on: queue) { !$0.isMultiple(of: 3) }
         let cancelled = compacted.enumerated().filter { !$0.offset.isMultiple(of: 3) }
@@ -541,6 +541,7 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(freed >= 151, "\(freed) of 200 cancelled jobs freed before the queue ran")
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
+        await drainSerialQueue(worker)  // the worker that finished the last job has let go of it
         #expect(compacted.allSatisfy { $0.object == nil })
 
         queue.isSuspended = true
@@ -548,6 +549,7 @@ private let specificKey = DispatchSpecificKey<String>()
         #expect(skipped.enumerated().filter { $0.offset.isMultiple(of: 50) }.allSatisfy { $0.element.object != nil })
         queue.isSuspended = false
         await queue.waitUntilAllJobsAreFinished()
+        await drainSerialQueue(worker)
         #expect(skipped.allSatisfy { $0.object == nil })
 
         // The front slot: the line's only entry, cancelled, empties the line.

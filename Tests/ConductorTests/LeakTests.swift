@@ -47,17 +47,6 @@ import Testing
 
 // MARK: - Helpers
 
-/// An object whose lifetime a test watches; optionally fires `signal` from its deinit.
-private final class Tracked: Sendable {
-    let signal: Signal?
-
-    init(signal: Signal? = nil) {
-        self.signal = signal
-    }
-
-    deinit { signal?.fire() }
-}
-
 /// An error object: a `TaskJob` keeps the error its body threw until the job is freed.
 private final class TrackedError: Error, Sendable {
     let signal: Signal

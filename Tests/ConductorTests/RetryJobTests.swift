@@ -548,9 +548,11 @@ private func jobError(of job: Job) -> JobError? {
             }
             box.withLock { $0 = retry }
             weakRetry = retry
-            let queue = JobQueue(name: "retry-freed")
+            let (queue, worker) = makeJobQueueOnSerialWorker("retry-freed")
             queue.addJob(retry)
             await queue.waitUntilAllJobsAreFinished()
+            // The retry job ends inside its worker's run of it, which still holds it until it returns.
+            await drainSerialQueue(worker)
             // The box still holds the retry job: only the job's release of its closure breaks the
             // cycle.
         }
