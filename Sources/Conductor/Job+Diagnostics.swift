@@ -297,8 +297,10 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible {
     /// `_endBlockedWait` (for ``StallWatchdog`` and ``explain()``). Returns the waiting job. Call
     /// with `engineLock` held. A job's work may wait in several places at once (the blocks of a
     /// ``BlockJob`` run concurrently): each wait is recorded.
-    static func _beginBlockedWaitLocked(on target: _BlockedOn) -> Job? {
-        guard let waiter = _ThreadContext.job ?? _TaskRunner.bodyJobOfCurrentTaskLocked(),
+    static func _beginBlockedWaitLocked(on target: _BlockedOn, blocking: Bool = true) -> Job? {
+        // An `await` is never a synchronous job's own: from its thread, it is in a task the work
+        // started (`Task.immediate`), which is another task.
+        guard let waiter = (blocking ? _ThreadContext.job : nil) ?? _TaskRunner.bodyJobOfCurrentTaskLocked(),
             waiter._state == .executing
         else { return nil }
         waiter._extrasLocked.blockedOn.append(target)

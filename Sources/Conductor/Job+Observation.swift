@@ -249,7 +249,7 @@ extension Job {
             }
             _trapIfWaitingForItselfLocked(blocking: false)
             _extrasLocked.waiters.append(.continuation(continuation))
-            waiter = Job._beginBlockedWaitLocked(on: .job(self))
+            waiter = Job._beginBlockedWaitLocked(on: .job(self), blocking: false)
             engineLock.unlock()
         }
         Job._endBlockedWait(of: waiter, on: self)

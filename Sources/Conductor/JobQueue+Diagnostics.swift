@@ -36,13 +36,34 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
 
     /// The jobs executing on the queue, in the order they were added.
     func _executingJobsLocked() -> [Job] {
-        _membersLocked().filter { $0._state == .executing }
+        // Up to the last executing member only: executing jobs are usually the oldest.
+        var executing: [Job] = []
+        var remaining = _executing
+        var node = _head
+        while remaining > 0, let current = node {
+            let job = current.takeUnretainedValue()
+            node = job._next
+            if job._state == .executing {
+                executing.append(job)
+                remaining -= 1
+            }
+        }
+        return executing
     }
 
     /// Why `job`, a ready member, has not started: the barrier it waits behind, its unstarted
     /// group, suspension, or the full limit; or that a worker is about to start it.
     func _readyJobObstacleLocked(_ job: Job, now: UInt64, detailed: Bool = true) -> _WaitReason? {
-        if !job._admitted, let barrier = _epochs.first?.barrier, barrier !== job {
+        // The barrier of the epoch the job is held in (for a barrier, the one before its own), not
+        // the first one (until 2026-11-25 a job added after the second barrier was said to wait
+        // for the first). Read as `_epochIndexLocked` reads it, without its trap: a diagnostic.
+        var heldBehind: Job?
+        if !job._admitted, job._readyTicket & _DiagnosticClock.heldMark != 0, let first = _epochs.first {
+            let number = job._readyTicket & ~_DiagnosticClock.heldMark
+            let index = Int(truncatingIfNeeded: number &- first.number) - (job._isBarrier ? 1 : 0)
+            if _epochs.indices.contains(index) { heldBehind = _epochs[index].barrier }
+        }
+        if let barrier = heldBehind {
             let name = barrier._describeLocked
             return _WaitReason(
                 keyword: "barrier", short: "barrier '\(name)'",

@@ -132,6 +132,7 @@ struct _DotGraph {
     }
 
     private mutating func node(_ job: Job) {
+        guard nodes[ObjectIdentifier(job)] == nil else { return }
         let name = "n\(nodes.count)"
         nodes[ObjectIdentifier(job)] = name
         drawn.append(job)
@@ -162,13 +163,13 @@ struct _DotGraph {
     /// `text` as a DOT string: quotes and backslashes escaped, line breaks as `\n`.
     static func quoted(_ text: String) -> String {
         var result = "\""
-        for character in text {
-            switch character {
+        for scalar in text.unicodeScalars {
+            switch scalar {
             case "\"": result += "\\\""
             case "\\": result += "\\\\"
             case "\n": result += "\\n"
             case "\r": break
-            default: result.append(character)
+            default: result.unicodeScalars.append(scalar)
             }
         }
         return result + "\""

@@ -537,7 +537,7 @@ public final class JobQueue: @unchecked Sendable {
             }
             _trapIfWaitingForItselfLocked(blocking: false)
             _waiters.append(.continuation(continuation))
-            waiter = Job._beginBlockedWaitLocked(on: .queue(self))
+            waiter = Job._beginBlockedWaitLocked(on: .queue(self), blocking: false)
             engineLock.unlock()
             actions.perform()
         }

@@ -137,7 +137,7 @@ final class _TraceRecorder: @unchecked Sendable {
     @exclusivity(unchecked) private var count = 0
     @exclusivity(unchecked) private var next = 0
     @exclusivity(unchecked) private var dropped = 0
-    @exclusivity(unchecked) private var jobNames: [UInt64: String] = [:]
+    @exclusivity(unchecked) private var jobNames: [UInt64: (name: String, events: Int)] = [:]
     @exclusivity(unchecked) private var moreDependencies: [UInt64: [UInt64]] = [:]
     @exclusivity(unchecked) private var queueNames: [UInt64: String] = [:]
     @exclusivity(unchecked) private var lastQueue: UInt64 = 0
@@ -169,7 +169,7 @@ final class _TraceRecorder: @unchecked Sendable {
             }
         }
         if event.kind != .finished {
-            if let name = job._name { jobNames[event.job] = name }
+            if let name = job._name { jobNames[event.job] = (name, (jobNames[event.job]?.events ?? 0) + 1) }
             if event.kind == .started && job._dependencies.count > 1 {
                 moreDependencies[event.job] = job._dependencies.rest.map(\.id)
             }
@@ -183,7 +183,9 @@ final class _TraceRecorder: @unchecked Sendable {
         } else {
             // The overwritten event's name and dependencies go with it: memory stays bounded.
             let old = slot(next).pointee
-            if old.kind != .finished && !jobNames.isEmpty { jobNames[old.job] = nil }
+            if old.kind != .finished, let kept = jobNames[old.job] {
+                jobNames[old.job] = kept.events > 1 ? (kept.name, kept.events - 1) : nil
+            }
             if old.kind == .started && !moreDependencies.isEmpty { moreDependencies[old.job] = nil }
             slot(next).pointee = event
             dropped += 1
@@ -200,7 +202,7 @@ final class _TraceRecorder: @unchecked Sendable {
             events.append(slot((first + offset) % capacity).pointee)
         }
         return _TraceSnapshot(
-            events: events, dropped: dropped, jobNames: jobNames, moreDependencies: moreDependencies,
+            events: events, dropped: dropped, jobNames: jobNames.mapValues(\.name), moreDependencies: moreDependencies,
             queueNames: queueNames)
     }
 }
@@ -264,8 +266,13 @@ struct _ChromeTrace {
             "\(nanoseconds / 1_000).\(String(nanoseconds % 1_000 + 1_000).dropFirst())"
         }
         func ts(_ time: UInt64) -> String { micro(time &- min(origin, time)) }
+        // Queues that share a name are told apart by their number.
+        var nameCounts: [String: Int] = [:]
+        for name in snapshot.queueNames.values { nameCounts[name, default: 0] += 1 }
         func queueName(_ id: UInt64) -> String {
-            id == 0 ? "no queue" : "queue '\(snapshot.queueNames[id] ?? "JobQueue#\(id)")'"
+            guard id != 0 else { return "no queue" }
+            let name = snapshot.queueNames[id] ?? "JobQueue#\(id)"
+            return nameCounts[name, default: 0] > 1 ? "queue '\(name)' #\(id)" : "queue '\(name)'"
         }
         out.append(#"{"ph":"M","pid":1,"name":"process_name","args":{"name":"Conductor"}}"#)
         if dropped > 0 {
@@ -274,7 +281,7 @@ struct _ChromeTrace {
             )
         }
         // Tracks: one per queue slot, allocated as jobs start (lowest free slot first).
-        var tracks: [String: Int] = [:]
+        var tracks: [[UInt64]: Int] = [:]
         var freeSlots: [UInt64: [Int]] = [:]
         var nextSlot: [UInt64: Int] = [:]
         var running: [UInt64: (event: _TraceEvent, track: Int, slot: Int)] = [:]
@@ -282,10 +289,10 @@ struct _ChromeTrace {
         var ended: [UInt64: (track: Int, time: UInt64)] = [:]
         var flowID = 0
         func track(queue: UInt64, slot: Int) -> Int {
+            if let existing = tracks[[queue, UInt64(slot)]] { return existing }
             let name = "\(queueName(queue)) · slot \(slot)"
-            if let existing = tracks[name] { return existing }
             let id = tracks.count + 1
-            tracks[name] = id
+            tracks[[queue, UInt64(slot)]] = id
             out.append(#"{"ph":"M","pid":1,"tid":\#(id),"name":"thread_name","args":{"name":\#(_json(name))}}"#)
             out.append(#"{"ph":"M","pid":1,"tid":\#(id),"name":"thread_sort_index","args":{"sort_index":\#(id)}}"#)
             return id

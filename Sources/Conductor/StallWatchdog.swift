@@ -98,6 +98,17 @@ public final class StallWatchdog: Sendable {
         state.withLock { $0.ticker }?.stop()
     }
 
+    /// For tests: builds the wait-for graph a wake-up would build from `job`, and returns how many
+    /// queues' executing jobs it listed. The graph is let go after unlocking.
+    package static func _executingListsMadeBuildingTheWaitGraph(from job: Job) -> Int {
+        let graph = engineLock.withLock {
+            var graph = _WaitGraph()
+            graph.add(job)
+            return graph
+        }
+        return graph.executingListsMade
+    }
+
     /// Starts watching, with no memory of earlier episodes. Starting a started watchdog does
     /// nothing.
     ///
@@ -282,6 +293,12 @@ struct _WaitGraph {
     private var anyMet: [Bool] = []
     private var neededBy: [[(job: Int, asAny: Bool)]] = []
     private var pending: [Int] = []
+    /// Each full queue's executing jobs, listed once per graph: every ready job of the queue needs
+    /// them, and listing them walks the queue's members (until 2026-11-25 each ready job walked
+    /// them again, O(4,096 × the queue's jobs) under the engine lock per wake-up).
+    private var executingOf: [ObjectIdentifier: [Job]] = [:]
+    /// How many queues' executing jobs were listed (for tests).
+    private(set) var executingListsMade = 0
 
     /// Adds `job` and everything it needs, transitively. Iterative.
     mutating func add(_ job: Job) {
@@ -385,11 +402,20 @@ struct _WaitGraph {
             } else if queue._isSuspended, let group = queue._countingGroup, group._lifecycle.isUnstarted {
                 need(position, group)
             } else if !queue._isSuspended, queue._limit > 0, queue._executing >= queue._limit {
-                for executing in queue._executingJobsLocked() {
+                for executing in executingJobs(of: queue) {
                     need(position, executing, asAny: true)
                 }
             }
         }
+    }
+
+    private mutating func executingJobs(of queue: JobQueue) -> [Job] {
+        let key = ObjectIdentifier(queue)
+        if let listed = executingOf[key] { return listed }
+        let executing = queue._executingJobsLocked()
+        executingOf[key] = executing
+        executingListsMade += 1
+        return executing
     }
 
     /// The jobs that cannot proceed, in independent groups (connected through what they need),

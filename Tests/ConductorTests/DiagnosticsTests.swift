@@ -272,6 +272,32 @@ private final class FailingJob: Job, @unchecked Sendable {
         holder.finish()
         await queue.waitUntilAllJobsAreFinished()
     }
+
+    @Test func aJobAddedAfterTheSecondBarrierIsSaidToWaitForIt() async {
+        // Found by an audit on 2026-11-25: explain(), the description and the DOT label named the
+        // queue's first barrier for every held job.
+        let queue = JobQueue(name: "second-barrier")
+        let holder = HeldJob(name: "holder")
+        queue.addJob(holder)
+        await holder.started.wait()
+        queue.addBarrierBlock {}
+        let middle = BlockJob {}
+        queue.addJob(middle)
+        queue.addBarrierBlock {}
+        let late = BlockJob {}
+        late.name = "late"
+        queue.addJob(late)
+        let members = queue.jobs
+        let (firstBarrier, secondBarrier) = (members[1].displayName, members[3].displayName)
+        let (explanation, description, dot) = (late.explain(), late.description, queue.dotGraph())
+        let middleExplanation = middle.explain()
+        holder.finish()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(explanation.contains("it was added after barrier '\(secondBarrier)'"), "\(explanation)")
+        #expect(description.contains("barrier '\(secondBarrier)'"), "\(description)")
+        #expect(dot.contains(#"late\nready · normal\nbarrier '"# + secondBarrier + "'"), "\(dot)")
+        #expect(middleExplanation.contains("it was added after barrier '\(firstBarrier)'"), "\(middleExplanation)")
+    }
 }
 
 /// `text` with every running time ("for 4 ms", "for 2.5 s", "for 5 min 12 s", "for 2 h 3 min")

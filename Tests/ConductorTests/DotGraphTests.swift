@@ -172,4 +172,54 @@ private var dotExecutable: URL? {
         let svg = try String(contentsOf: output, encoding: .utf8)
         #expect(svg.contains("<svg") && svg.contains("report"))
     }
+
+    // Found by an audit on 2026-11-25: names were escaped by Character (grapheme cluster), so a
+    // quote followed by a combining mark went out unescaped (Graphviz refused the file) and a
+    // "\r\n" matched neither line break and went out raw; and a group's queue of children listed
+    // beside the group's queue drew each child twice, under two node ids.
+
+    @Test func aQuoteFollowedByACombiningMarkIsEscaped() async {
+        let queue = JobQueue(name: "dot-quote")
+        let job = HeldJob(name: "say \"\u{301}hi\"")
+        queue.addJob(job)
+        await job.started.wait()
+        let dot = queue.dotGraph()
+        job.finish()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(dot.contains(#"say \""# + "\u{301}" + #"hi\""#), "\(dot)")
+        checkStructure(dot)
+    }
+
+    @Test func aCarriageReturnAndLineFeedInANameIsOneEscapedLineBreak() async {
+        let queue = JobQueue(name: "dot-crlf")
+        let job = HeldJob(name: "first\r\nsecond")
+        queue.addJob(job)
+        await job.started.wait()
+        let dot = queue.dotGraph()
+        job.finish()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(!dot.unicodeScalars.contains("\r"), "\(dot.debugDescription)")
+        #expect(dot.contains(#"first\nsecond"#), "\(dot)")
+    }
+
+    @Test func aJobReachedThroughTwoListedQueuesIsDrawnOnce() async throws {
+        // The group's queue of children is `JobQueue.current` inside a child.
+        let children = Locked<JobQueue?>(nil)
+        let started = DispatchSemaphore(value: 0)
+        let child = AsyncBlockJob { _ in
+            children.withLock { $0 = JobQueue.current }
+            started.signal()
+        }
+        child.name = "only child"
+        let group = GroupJob(name: "drawn-once group", jobs: [child])
+        let queue = JobQueue(name: "drawn-once")
+        queue.addJob(group)
+        await waitForSignals(started)
+        let dot = JobQueue.dotGraph(of: [queue, try #require(children.withLock { $0 })])
+        child.finish()
+        await queue.waitUntilAllJobsAreFinished()
+        let declarations = dot.split(separator: "\n").filter { $0.contains(#"[label="only child\n"#) }
+        #expect(declarations.count == 1, "\(dot)")
+        checkStructure(dot)
+    }
 }

@@ -197,4 +197,52 @@ private func number(_ value: Any?) -> Double? {
         let events = try traceEvents(tracer.chromeTraceJSON())
         #expect(!events.contains { ($0["args"] as? [String: Any]).flatMap { number($0["id"]) } == Double(job.id) })
     }
+
+    // Found by an audit on 2026-11-25: tracks were keyed by the queue's name, so two queues named
+    // alike shared slot tracks (their jobs overlapping on one) and a counter track; and a job's
+    // name went with its start event when the ring overwrote it, though its cancellation was kept.
+
+    @Test func queuesWithTheSameNameGetTracksAndCountersOfTheirOwn() async throws {
+        let first = JobQueue(name: "same-name", maxConcurrentJobCount: 1)
+        let second = JobQueue(name: "same-name", maxConcurrentJobCount: 1)
+        let tracer = JobTracer(queues: [first, second])
+        tracer.start()
+        let (a, b) = (HeldJob(name: "same-name a"), HeldJob(name: "same-name b"))
+        first.addJob(a)
+        second.addJob(b)
+        await a.started.wait()
+        await b.started.wait()
+        a.finish()
+        b.finish()
+        await first.waitUntilAllJobsAreFinished()
+        await second.waitUntilAllJobsAreFinished()
+        tracer.stop()
+        let events = try traceEvents(tracer.chromeTraceJSON())
+        let tracks = events.filter {
+            $0["ph"] as? String == "X" && ($0["name"] as? String)?.hasPrefix("same-name") == true
+        }
+        .compactMap { number($0["tid"]) }
+        #expect(tracks.count == 2)
+        #expect(Set(tracks).count == 2, "both executing at once, on tracks \(tracks)")
+        let counters = Set(
+            events.filter { $0["ph"] as? String == "C" }.compactMap { $0["name"] as? String }
+                .filter { $0.contains("same-name") })
+        #expect(counters.count == 2, "\(counters)")
+    }
+
+    @Test func aCancellationKeepsItsJobsNameWhenTheRingDropsTheStart() async throws {
+        let queue = JobQueue(name: "ring-name")
+        let tracer = JobTracer(capacity: 2, queues: [queue])
+        tracer.start()
+        let job = HeldJob(name: "ring victim")
+        queue.addJob(job)
+        await job.started.wait()
+        job.cancel()  // the ring holds started, cancelled
+        job.finish()  // finished overwrites started
+        await queue.waitUntilAllJobsAreFinished()
+        tracer.stop()
+        let events = try traceEvents(tracer.chromeTraceJSON())
+        let names = events.filter { $0["cat"] as? String == "cancellation" }.compactMap { $0["name"] as? String }
+        #expect(names == ["cancelled (requested): ring victim"])
+    }
 }

@@ -447,6 +447,63 @@ private final class Watch: Sendable {
         }
         #expect(standardErrorText(result).contains("StallWatchdog(threshold:onStall:): the threshold must be positive"))
     }
+
+    // Found by an audit on 2026-11-25.
+
+    @Test(.hangLimit) func anAwaitInATaskAJobStartsIsNotTheJobsWait() async {
+        // The task (`Task.immediate`, whose first part runs on the job's thread) awaits a job of
+        // the same limit-1 queue while the job's work goes on: nothing is stuck. The await was
+        // recorded as the job's own wait, and a waitCycle reported.
+        let queue = JobQueue(name: "immediate-await", maxConcurrentJobCount: 1)
+        let later = BlockJob {}
+        later.name = "later"
+        let taskWaits = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let job = BlockJob {
+            Task.immediate {
+                taskWaits.signal()
+                await later.waitUntilFinished()
+            }
+            release.wait()  // the work goes on; its slot is freed when it returns
+        }
+        job.name = "spawner"
+        let reports = Log<StallReport>()
+        let (ticks, tick) = AsyncStream<Void>.makeStream()
+        let watchdog = StallWatchdog(
+            threshold: .seconds(3600), interval: .milliseconds(5), tickObserver: { tick.yield() }
+        ) { report in
+            if report.jobs.contains(where: { $0 === job || $0 === later }) { reports.append(report) }
+        }
+        queue.addJobs([job, later], waitUntilFinished: false)
+        await waitForSignals(taskWaits)
+        #expect(job.explain().contains("its work is blocked in") == false, "\(job.explain())")
+        watchdog.start()
+        var seen = 0
+        for await _ in ticks {
+            seen += 1
+            if seen == 3 { break }
+        }
+        watchdog.stop()
+        release.signal()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(reports.values.isEmpty, "\(reports.values.map(\.description))")
+    }
+
+    @Test func aWakeUpListsAFullQueuesExecutingJobsOnceForAllItsReadyJobs() async {
+        // Each ready job of a full queue needs the queue's executing jobs; listing them walks the
+        // queue's members. Each ready child of this group listed them again: a wake-up walked
+        // 4,096 times the group's children under the engine lock (seconds, for 40,000 children).
+        let gate = HeldJob(name: "gate")
+        let group = GroupJob(
+            name: "wide group", maxConcurrentJobCount: 1, jobs: [gate] + (0..<2_000).map { _ in BlockJob {} })
+        let queue = JobQueue(name: "wide-group")
+        queue.addJob(group)
+        await gate.started.wait()
+        let lists = StallWatchdog._executingListsMadeBuildingTheWaitGraph(from: group)
+        gate.finish()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(lists == 1)
+    }
 }
 
 /// An identifier of the calling thread.
