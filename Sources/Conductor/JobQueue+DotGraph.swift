@@ -163,12 +163,18 @@ struct _DotGraph {
     /// `text` as a DOT string: quotes and backslashes escaped, line breaks as `\n`.
     static func quoted(_ text: String) -> String {
         var result = "\""
-        for scalar in text.unicodeScalars {
+        // By scalar, not by Character: a quote followed by a combining mark is one Character, and
+        // so is "\r\n" (until 2026-11-25 the first went out unescaped and the second raw).
+        var scalars = text.unicodeScalars.makeIterator()
+        var next = scalars.next()
+        while let scalar = next {
+            next = scalars.next()
             switch scalar {
             case "\"": result += "\\\""
             case "\\": result += "\\\\"
             case "\n": result += "\\n"
-            case "\r": break
+            // A line break of its own, or the first half of "\r\n", whose "\n" follows.
+            case "\r": if next != "\n" { result += "\\n" }
             default: result.unicodeScalars.append(scalar)
             }
         }

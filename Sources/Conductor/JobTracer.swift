@@ -118,11 +118,14 @@ struct _TraceEvent {
     var firstDependency: UInt64
     /// The job's type, for its name when it has none.
     var type: Job.Type
+    /// Whether the recorder counted this event toward keeping the job's name (set when recorded).
+    var named = false
 }
 
 /// A tracer's ring of events, and what the events do not carry: the names of named jobs and of
-/// queues, and dependencies beyond the first. A job's name and dependencies are dropped with its
-/// event, so memory is bounded by the ring (and the number of queues). Guarded by `engineLock`.
+/// queues, and dependencies beyond the first. A job's name is dropped with its last event in the
+/// ring, and its dependencies with its start event, so memory is bounded by the ring (and the
+/// number of queues). Guarded by `engineLock`.
 final class _TraceRecorder: @unchecked Sendable {
     // @unchecked Sendable: every stored property, and the chunks' memory, is guarded by `engineLock`.
     // `@exclusivity(unchecked)`: the lock rules out conflicting accesses (see the note on `Job`).
@@ -162,6 +165,7 @@ final class _TraceRecorder: @unchecked Sendable {
 
     func recordLocked(_ event: _TraceEvent, job: Job, queue: JobQueue?) {
         if let queues, !queues.contains(event.queue) { return }
+        var event = event
         if let queue, event.queue != lastQueue {
             lastQueue = event.queue
             if queueNames[event.queue] == nil {
@@ -169,7 +173,12 @@ final class _TraceRecorder: @unchecked Sendable {
             }
         }
         if event.kind != .finished {
-            if let name = job._name { jobNames[event.job] = (name, (jobNames[event.job]?.events ?? 0) + 1) }
+            if let name = job._name {
+                // Counted per event that carries it, so that the name stays while any of them is
+                // in the ring (until 2026-11-25 it went with the start event).
+                jobNames[event.job] = (name, (jobNames[event.job]?.events ?? 0) + 1)
+                event.named = true
+            }
             if event.kind == .started && job._dependencies.count > 1 {
                 moreDependencies[event.job] = job._dependencies.rest.map(\.id)
             }
@@ -183,7 +192,7 @@ final class _TraceRecorder: @unchecked Sendable {
         } else {
             // The overwritten event's name and dependencies go with it: memory stays bounded.
             let old = slot(next).pointee
-            if old.kind != .finished, let kept = jobNames[old.job] {
+            if old.named, let kept = jobNames[old.job] {
                 jobNames[old.job] = kept.events > 1 ? (kept.name, kept.events - 1) : nil
             }
             if old.kind == .started && !moreDependencies.isEmpty { moreDependencies[old.job] = nil }

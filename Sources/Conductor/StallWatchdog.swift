@@ -64,7 +64,10 @@ public struct StallReport: CustomStringConvertible, Sendable {
 /// - Complexity: Each wake-up is O(queues + the jobs it looks at), under the engine lock: for each
 ///   queue, its members up to the last executing one (usually the oldest few, but all of them when
 ///   an executing job was added after many that still wait), and, while some job's work is blocked
-///   in a wait or a composite job executes, the jobs those reach.
+///   in a wait or a composite job executes, the jobs those reach (at most 4,096), each full
+///   queue's executing jobs listed once, and a barrier needing the barrier before it. A job blocked
+///   in `waitUntilAllJobsAreFinished()` still needs every job of that queue: many of them on a
+///   large queue make a wake-up O(those jobs × the queue's jobs).
 public final class StallWatchdog: Sendable {
     /// How long a job may execute, or a queue go without starting a ready job, before it is
     /// reported.
@@ -99,14 +102,14 @@ public final class StallWatchdog: Sendable {
     }
 
     /// For tests: builds the wait-for graph a wake-up would build from `job`, and returns how many
-    /// queues' executing jobs it listed. The graph is let go after unlocking.
-    package static func _executingListsMadeBuildingTheWaitGraph(from job: Job) -> Int {
+    /// times it walked a queue's members. The graph is let go after unlocking.
+    package static func _queueWalksBuildingTheWaitGraph(from job: Job) -> Int {
         let graph = engineLock.withLock {
             var graph = _WaitGraph()
             graph.add(job)
             return graph
         }
-        return graph.executingListsMade
+        return graph.queueWalks
     }
 
     /// Starts watching, with no memory of earlier episodes. Starting a started watchdog does
@@ -297,8 +300,8 @@ struct _WaitGraph {
     /// them, and listing them walks the queue's members (until 2026-11-25 each ready job walked
     /// them again, O(4,096 × the queue's jobs) under the engine lock per wake-up).
     private var executingOf: [ObjectIdentifier: [Job]] = [:]
-    /// How many queues' executing jobs were listed (for tests).
-    private(set) var executingListsMade = 0
+    /// How many times a queue's members were walked (for tests).
+    private(set) var queueWalks = 0
 
     /// Adds `job` and everything it needs, transitively. Iterative.
     mutating func add(_ job: Job) {
@@ -371,6 +374,7 @@ struct _WaitGraph {
                 case .job(let target) where target._state != .finished:
                     need(position, target)
                 case .queue(let queue):
+                    queueWalks += 1
                     for member in queue._membersLocked() where member !== job {
                         need(position, member)
                     }
@@ -396,8 +400,20 @@ struct _WaitGraph {
             if !job._admitted, !job._isBarrier, let barrier = queue._epochs.first?.barrier {
                 need(position, barrier)
             } else if job._isBarrier && !job._admitted {
-                for member in queue._membersLocked() where member._admitted && member !== job {
-                    need(position, member)
+                if let own = queue._heldEpochIndexLocked(of: job), own > 0 {
+                    // It runs after the barrier before it and the jobs held behind that one, which
+                    // need the earlier ones: the queue is not walked again for each barrier (until
+                    // 2026-11-25 it was, O(barriers × the queue's jobs)).
+                    let previous = queue._epochs[own - 1]
+                    need(position, previous.barrier)
+                    for held in previous.held where held._state != .finished {
+                        need(position, held)
+                    }
+                } else {
+                    queueWalks += 1
+                    for member in queue._membersLocked() where member._admitted && member !== job {
+                        need(position, member)
+                    }
                 }
             } else if queue._isSuspended, let group = queue._countingGroup, group._lifecycle.isUnstarted {
                 need(position, group)
@@ -414,7 +430,7 @@ struct _WaitGraph {
         if let listed = executingOf[key] { return listed }
         let executing = queue._executingJobsLocked()
         executingOf[key] = executing
-        executingListsMade += 1
+        queueWalks += 1
         return executing
     }
 

@@ -273,6 +273,19 @@ private final class FailingJob: Job, @unchecked Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
+    @Test func aBarrierIsSaidToWaitForTheBarrierBeforeIt() async {
+        let queue = JobQueue(name: "third-barrier")
+        let holder = HeldJob(name: "holder")
+        queue.addJob(holder)
+        await holder.started.wait()
+        for _ in 0..<3 { queue.addBarrierBlock {} }
+        let members = queue.jobs
+        let (second, third) = (members[2].displayName, members[3].explain())
+        holder.finish()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(third.contains("it was added after barrier '\(second)'"), "\(third)")
+    }
+
     @Test func aJobAddedAfterTheSecondBarrierIsSaidToWaitForIt() async {
         // Found by an audit on 2026-11-25: explain(), the description and the DOT label named the
         // queue's first barrier for every held job.

@@ -192,14 +192,14 @@ private var dotExecutable: URL? {
 
     @Test func aCarriageReturnAndLineFeedInANameIsOneEscapedLineBreak() async {
         let queue = JobQueue(name: "dot-crlf")
-        let job = HeldJob(name: "first\r\nsecond")
+        let job = HeldJob(name: "first\r\nsecond\rthird")
         queue.addJob(job)
         await job.started.wait()
         let dot = queue.dotGraph()
         job.finish()
         await queue.waitUntilAllJobsAreFinished()
         #expect(!dot.unicodeScalars.contains("\r"), "\(dot.debugDescription)")
-        #expect(dot.contains(#"first\nsecond"#), "\(dot)")
+        #expect(dot.contains(#"first\nsecond\nthird"#), "\(dot)")
     }
 
     @Test func aJobReachedThroughTwoListedQueuesIsDrawnOnce() async throws {

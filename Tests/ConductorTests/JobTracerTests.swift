@@ -245,4 +245,23 @@ private func number(_ value: Any?) -> Double? {
         let names = events.filter { $0["cat"] as? String == "cancellation" }.compactMap { $0["name"] as? String }
         #expect(names == ["cancelled (requested): ring victim"])
     }
+
+    @Test func aNameSetAfterTheJobStartedIsKeptWithItsLaterEvents() async throws {
+        // Its start, recorded without a name, is overwritten; its cancellation carries the name.
+        let queue = JobQueue(name: "ring-late-name")
+        let tracer = JobTracer(capacity: 2, queues: [queue])
+        tracer.start()
+        let job = HeldJob(name: "unnamed")
+        job.name = nil
+        queue.addJob(job)
+        await job.started.wait()
+        job.name = "named late"
+        job.cancel()
+        job.finish()
+        await queue.waitUntilAllJobsAreFinished()
+        tracer.stop()
+        let events = try traceEvents(tracer.chromeTraceJSON())
+        let names = events.filter { $0["cat"] as? String == "cancellation" }.compactMap { $0["name"] as? String }
+        #expect(names == ["cancelled (requested): named late"])
+    }
 }

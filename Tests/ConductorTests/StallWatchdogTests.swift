@@ -460,10 +460,10 @@ private final class Watch: Sendable {
         let taskWaits = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
         let job = BlockJob {
-            Task.immediate {
-                taskWaits.signal()
-                await later.waitUntilFinished()
-            }
+            // The task runs here until its first suspension, the await: once it returns, the wait
+            // has begun (and was recorded, before the fix).
+            Task.immediate { await later.waitUntilFinished() }
+            taskWaits.signal()
             release.wait()  // the work goes on; its slot is freed when it returns
         }
         job.name = "spawner"
@@ -489,6 +489,54 @@ private final class Watch: Sendable {
         #expect(reports.values.isEmpty, "\(reports.values.map(\.description))")
     }
 
+    @Test(.hangLimit) func anAwaitInATaskJobsBodyIsStillTheJobsWait() async {
+        // The body's own task: its wait for a job that needs its slot is a cycle.
+        let queue = JobQueue(name: "taskjob-await", maxConcurrentJobCount: 1)
+        let later = BlockJob {}
+        later.name = "later"
+        let job = TaskJob { await later.waitUntilFinished() }
+        job.name = "awaiter"
+        let (reports, report) = AsyncStream<StallReport>.makeStream()
+        let watchdog = StallWatchdog(threshold: .seconds(3600), interval: .milliseconds(5), tickObserver: nil) {
+            if $0.jobs.contains(where: { $0 === job }) { report.yield($0) }
+        }
+        queue.addJobs([job, later], waitUntilFinished: false)
+        while later._pendingWaitCount == 0 { await Task.yield() }
+        #expect(job.explain().contains("its work is blocked in waitUntilFinished() on 'later'"), "\(job.explain())")
+        watchdog.start()
+        var first: StallReport?
+        for await stall in reports {
+            first = stall
+            break
+        }
+        watchdog.stop()
+        later.cancel()
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(first?.kind == .waitCycle)
+    }
+
+    @Test func aBarrierNeedsTheBarrierBeforeItAndNotTheWholeQueueAgain() async {
+        // A job blocked waiting for a queue needs all its jobs, barriers included; each barrier not
+        // yet admitted walked every job of the queue again: a review measured 19 s for one
+        // wake-up with 4,000 barriers and 36,000 jobs. Now the wait walks the queue, and so does
+        // its first barrier, for the jobs admitted before it; the others need the one before them.
+        let queue = JobQueue(name: "many-barriers")
+        let holder = HeldJob(name: "holder")
+        queue.addJob(holder)
+        await holder.started.wait()
+        for _ in 0..<4 {
+            queue.addBarrierBlock {}
+            queue.addJob(BlockJob {})
+        }
+        let waiter = BlockJob { queue.waitUntilAllJobsAreFinished() }
+        JobQueue(name: "many-barriers-waiter").addJob(waiter)
+        while queue._pendingWaitCount == 0 { await Task.yield() }
+        let walks = StallWatchdog._queueWalksBuildingTheWaitGraph(from: waiter)
+        holder.finish()
+        await waiter.waitUntilFinished()
+        #expect(walks == 2)
+    }
+
     @Test func aWakeUpListsAFullQueuesExecutingJobsOnceForAllItsReadyJobs() async {
         // Each ready job of a full queue needs the queue's executing jobs; listing them walks the
         // queue's members. Each ready child of this group listed them again: a wake-up walked
@@ -499,7 +547,7 @@ private final class Watch: Sendable {
         let queue = JobQueue(name: "wide-group")
         queue.addJob(group)
         await gate.started.wait()
-        let lists = StallWatchdog._executingListsMadeBuildingTheWaitGraph(from: group)
+        let lists = StallWatchdog._queueWalksBuildingTheWaitGraph(from: group)
         gate.finish()
         await queue.waitUntilAllJobsAreFinished()
         #expect(lists == 1)
