@@ -67,8 +67,8 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
         // The barrier of the epoch the job is held in (for a barrier, the one before its own), not
         // the first one (until 2026-11-25 a job added after the second barrier was said to wait
         // for the first). Read as `_epochIndexLocked` reads it, without its trap: a diagnostic.
-        if let own = _heldEpochIndexLocked(of: job), own - (job._isBarrier ? 1 : 0) >= 0 {
-            let barrier = _epochs[own - (job._isBarrier ? 1 : 0)].barrier
+        if let own = _heldEpochIndexLocked(of: job), case let held = own - (job._isBarrier ? 1 : 0), held >= 0 {
+            let barrier = _epochs[held].barrier
             let name = barrier._describeLocked
             return _WaitReason(
                 keyword: "barrier", short: "barrier '\(name)'",

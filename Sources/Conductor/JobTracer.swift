@@ -290,7 +290,11 @@ struct _ChromeTrace {
             )
         }
         // Tracks: one per queue slot, allocated as jobs start (lowest free slot first).
-        var tracks: [[UInt64]: Int] = [:]
+        struct Slot: Hashable {
+            let queue: UInt64
+            let slot: Int
+        }
+        var tracks: [Slot: Int] = [:]
         var freeSlots: [UInt64: [Int]] = [:]
         var nextSlot: [UInt64: Int] = [:]
         var running: [UInt64: (event: _TraceEvent, track: Int, slot: Int)] = [:]
@@ -298,10 +302,10 @@ struct _ChromeTrace {
         var ended: [UInt64: (track: Int, time: UInt64)] = [:]
         var flowID = 0
         func track(queue: UInt64, slot: Int) -> Int {
-            if let existing = tracks[[queue, UInt64(slot)]] { return existing }
+            if let existing = tracks[Slot(queue: queue, slot: slot)] { return existing }
             let name = "\(queueName(queue)) · slot \(slot)"
             let id = tracks.count + 1
-            tracks[[queue, UInt64(slot)]] = id
+            tracks[Slot(queue: queue, slot: slot)] = id
             out.append(#"{"ph":"M","pid":1,"tid":\#(id),"name":"thread_name","args":{"name":\#(_json(name))}}"#)
             out.append(#"{"ph":"M","pid":1,"tid":\#(id),"name":"thread_sort_index","args":{"sort_index":\#(id)}}"#)
             return id
