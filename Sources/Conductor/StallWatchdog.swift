@@ -65,9 +65,8 @@ public struct StallReport: CustomStringConvertible, Sendable {
 ///   queue, its members up to the last executing one (usually the oldest few, but all of them when
 ///   an executing job was added after many that still wait), and, while some job's work is blocked
 ///   in a wait or a composite job executes, the jobs those reach (at most 4,096), each full
-///   queue's executing jobs listed once, and a barrier needing the barrier before it. A job blocked
-///   in `waitUntilAllJobsAreFinished()` still needs every job of that queue: many of them on a
-///   large queue make a wake-up O(those jobs × the queue's jobs).
+///   queue's executing jobs listed once, a barrier needing the barrier before it, and the jobs
+///   blocked waiting for a queue all needing one node that needs the queue's jobs.
 public final class StallWatchdog: Sendable {
     /// How long a job may execute, or a queue go without starting a ready job, before it is
     /// reported.
@@ -101,12 +100,14 @@ public final class StallWatchdog: Sendable {
         state.withLock { $0.ticker }?.stop()
     }
 
-    /// For tests: builds the wait-for graph a wake-up would build from `job`, and returns how many
-    /// times it walked a queue's members. The graph is let go after unlocking.
-    package static func _queueWalksBuildingTheWaitGraph(from job: Job) -> Int {
+    /// For tests: builds the wait-for graph a wake-up would build from `seeds`, and returns how
+    /// many times it walked a queue's members. The graph is let go after unlocking.
+    package static func _queueWalksBuildingTheWaitGraph(from seeds: Job...) -> Int {
         let graph = engineLock.withLock {
             var graph = _WaitGraph()
-            graph.add(job)
+            for seed in seeds {
+                graph.add(seed)
+            }
             return graph
         }
         return graph.queueWalks
@@ -287,10 +288,18 @@ struct _StallEpisodes: Sendable {
 /// then met; the jobs left are stuck, and can only be stuck through a cycle. Build and search with
 /// `engineLock` held.
 struct _WaitGraph {
+    /// A job, or "every job of this queue has finished", which the jobs blocked waiting for the
+    /// queue need: one node per queue, so that each waiter needs one node, not every job of the
+    /// queue (until 2026-11-25 each did: O(waiters × the queue's jobs) per wake-up).
+    private enum Node {
+        case job(Job)
+        case drained(JobQueue)
+    }
+
     private var index: [ObjectIdentifier: Int] = [:]
-    private var jobs: [Job] = []
-    /// For each job: how many of its `all` needs cannot proceed yet, whether it has `any` needs
-    /// and one of them can proceed, and the jobs that need it (with whether as an `any` need).
+    private var nodes: [Node] = []
+    /// For each node: how many of its `all` needs cannot proceed yet, whether it has `any` needs
+    /// and one of them can proceed, and the nodes that need it (with whether as an `any` need).
     private var allRemaining: [Int] = []
     private var hasAny: [Bool] = []
     private var anyMet: [Bool] = []
@@ -305,18 +314,17 @@ struct _WaitGraph {
 
     /// Adds `job` and everything it needs, transitively. Iterative.
     mutating func add(_ job: Job) {
-        _ = node(job)
+        _ = node(.job(job), key: ObjectIdentifier(job))
         while let next = pending.popLast() {
             expand(next)
         }
     }
 
-    private mutating func node(_ job: Job) -> Int {
-        let key = ObjectIdentifier(job)
+    private mutating func node(_ node: Node, key: ObjectIdentifier) -> Int {
         if let existing = index[key] { return existing }
-        let position = jobs.count
+        let position = nodes.count
         index[key] = position
-        jobs.append(job)
+        nodes.append(node)
         allRemaining.append(0)
         hasAny.append(false)
         anyMet.append(false)
@@ -331,14 +339,18 @@ struct _WaitGraph {
     static let maximumJobs = 4_096
 
     private mutating func need(_ position: Int, _ other: Job, asAny: Bool = false) {
-        guard jobs.count < _WaitGraph.maximumJobs || index[ObjectIdentifier(other)] != nil else {
+        need(position, .job(other), key: ObjectIdentifier(other), asAny: asAny)
+    }
+
+    private mutating func need(_ position: Int, _ other: Node, key: ObjectIdentifier, asAny: Bool = false) {
+        guard nodes.count < _WaitGraph.maximumJobs || index[key] != nil else {
             if asAny {
                 hasAny[position] = true
                 anyMet[position] = true
             }
             return
         }
-        let target = node(other)
+        let target = node(other, key: key)
         neededBy[target].append((position, asAny))
         if asAny {
             hasAny[position] = true
@@ -348,7 +360,17 @@ struct _WaitGraph {
     }
 
     private mutating func expand(_ position: Int) {
-        let job = jobs[position]
+        let job: Job
+        switch nodes[position] {
+        case .job(let node):
+            job = node
+        case .drained(let queue):
+            queueWalks += 1
+            for member in queue._membersLocked() {
+                need(position, member)
+            }
+            return
+        }
         switch job._state {
         case .finished:
             return
@@ -374,10 +396,7 @@ struct _WaitGraph {
                 case .job(let target) where target._state != .finished:
                     need(position, target)
                 case .queue(let queue):
-                    queueWalks += 1
-                    for member in queue._membersLocked() where member !== job {
-                        need(position, member)
-                    }
+                    need(position, .drained(queue), key: ObjectIdentifier(queue))
                 default:
                     break
                 }
@@ -437,11 +456,11 @@ struct _WaitGraph {
     /// The jobs that cannot proceed, in independent groups (connected through what they need),
     /// each sorted by id, the groups by their first id.
     func stuckGroupsLocked() -> [[Job]] {
-        var proceeds = [Bool](repeating: false, count: jobs.count)
+        var proceeds = [Bool](repeating: false, count: nodes.count)
         var allRemaining = allRemaining
         var anyMet = anyMet
         var work: [Int] = []
-        for position in jobs.indices where allRemaining[position] == 0 && (!hasAny[position] || anyMet[position]) {
+        for position in nodes.indices where allRemaining[position] == 0 && (!hasAny[position] || anyMet[position]) {
             proceeds[position] = true
             work.append(position)
         }
@@ -459,7 +478,7 @@ struct _WaitGraph {
             }
         }
         // Union–find over the needs between stuck jobs.
-        var parent = Array(jobs.indices)
+        var parent = Array(nodes.indices)
         func root(_ position: Int) -> Int {
             var position = position
             while parent[position] != position {
@@ -468,14 +487,17 @@ struct _WaitGraph {
             }
             return position
         }
-        for target in jobs.indices where !proceeds[target] {
+        for target in nodes.indices where !proceeds[target] {
             for (dependent, _) in neededBy[target] where !proceeds[dependent] {
                 parent[root(dependent)] = root(target)
             }
         }
+        // The jobs only: a queue's node joins its waiters to its jobs.
         var groups: [Int: [Job]] = [:]
-        for position in jobs.indices where !proceeds[position] {
-            groups[root(position), default: []].append(jobs[position])
+        for position in nodes.indices where !proceeds[position] {
+            if case .job(let job) = nodes[position] {
+                groups[root(position), default: []].append(job)
+            }
         }
         return groups.values.map { $0.sorted { $0.id < $1.id } }.sorted { $0[0].id < $1[0].id }
     }
