@@ -82,6 +82,26 @@ private func checkStructure(_ dot: String, sourceLocation: SourceLocation = #_so
     }
 }
 
+/// Runs `path` with `arguments` and returns its wait status (0: it exited with 0), or -1 if it
+/// could not be started. The child is started and reaped here, on a Dispatch thread of its own.
+/// Not with Foundation's `Process`: it reaps through a Dispatch queue, and while that queue waits
+/// for a thread, the exited child keeps Swift Testing's exit-test monitor busy (it waits for any
+/// child and leaves others' alone), so no exit test ends and the suite starves. A CI run hung so
+/// on 2026-11-25.
+private func spawnAndReap(_ path: String, _ arguments: [String]) async -> Int32 {
+    await runOnDispatchThread {
+        let environment = ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" }
+        let argv = ([path] + arguments).map { strdup($0) } + [nil]
+        let envp = environment.map { strdup($0) } + [nil]
+        defer { (argv + envp).forEach { free($0) } }
+        var pid = pid_t()
+        guard posix_spawn(&pid, path, nil, nil, argv, envp) == 0 else { return -1 }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        return status
+    }
+}
+
 /// Graphviz's `dot`, if it is installed.
 private var dotExecutable: URL? {
     ["/usr/bin/dot", "/usr/local/bin/dot", "/opt/homebrew/bin/dot"].map(URL.init(fileURLWithPath:))
@@ -161,14 +181,8 @@ private var dotExecutable: URL? {
         let input = directory.appendingPathComponent("graph.dot")
         let output = directory.appendingPathComponent("graph.svg")
         try dot.write(to: input, atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = ["-Tsvg", input.path, "-o", output.path]
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            process.terminationHandler = { _ in continuation.resume() }
-            do { try process.run() } catch { continuation.resume(throwing: error) }
-        }
-        #expect(process.terminationStatus == 0)
+        let status = await spawnAndReap(executable.path, ["-Tsvg", input.path, "-o", output.path])
+        #expect(status == 0, "dot's wait status \(status)")
         let svg = try String(contentsOf: output, encoding: .utf8)
         #expect(svg.contains("<svg") && svg.contains("report"))
     }
