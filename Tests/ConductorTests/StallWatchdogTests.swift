@@ -454,7 +454,8 @@ private final class Watch: Sendable {
         // The task (`Task.immediate`, whose first part runs on the job's thread) awaits a job of
         // the same limit-1 queue while the job's work goes on: nothing is stuck. The await was
         // recorded as the job's own wait, and a waitCycle reported.
-        let queue = JobQueue(name: "immediate-await", maxConcurrentJobCount: 1)
+        // A serial worker: the blocked job's thread is one of its own, not a pool thread.
+        let (queue, _) = makeJobQueueOnSerialWorker("immediate-await", limit: 1)
         let later = BlockJob {}
         later.name = "later"
         let taskWaits = DispatchSemaphore(value: 0)
@@ -529,7 +530,7 @@ private final class Watch: Sendable {
             queue.addJob(BlockJob {})
         }
         let waiter = BlockJob { queue.waitUntilAllJobsAreFinished() }
-        JobQueue(name: "many-barriers-waiter").addJob(waiter)
+        makeJobQueueOnSerialWorker("many-barriers-waiter").0.addJob(waiter)
         while queue._pendingWaitCount == 0 { await Task.yield() }
         let walks = StallWatchdog._queueWalksBuildingTheWaitGraph(from: waiter)
         holder.finish()
@@ -561,7 +562,7 @@ private final class Watch: Sendable {
     @Test(.hangLimit) func aWaitForAQueueWhoseJobNeedsTheWaitersSlotIsReportedAsAWaitCycle() async {
         // `waiter` holds the only slot of `first` and waits for `second`, whose job depends on a
         // job of `first`, which needs that slot.
-        let first = JobQueue(name: "cycle-first", maxConcurrentJobCount: 1)
+        let (first, _) = makeJobQueueOnSerialWorker("cycle-first", limit: 1)
         let second = JobQueue(name: "cycle-second")
         let needsTheSlot = BlockJob {}
         needsTheSlot.name = "needs the slot"
