@@ -102,6 +102,18 @@ private func spawnAndReap(_ path: String, _ arguments: [String]) async -> Int32 
     }
 }
 
+/// The DOT dump of a queue named `queueName` while its one job, named `name`, executes.
+private func dotGraph(ofOneJobNamed name: String, on queueName: String) async -> String {
+    let queue = JobQueue(name: queueName)
+    let job = HeldJob(name: name)
+    queue.addJob(job)
+    await job.started.wait()
+    let dot = queue.dotGraph()
+    job.finish()
+    await queue.waitUntilAllJobsAreFinished()
+    return dot
+}
+
 /// Graphviz's `dot`, if it is installed.
 private var dotExecutable: URL? {
     ["/usr/bin/dot", "/usr/local/bin/dot", "/opt/homebrew/bin/dot"].map(URL.init(fileURLWithPath:))
@@ -193,25 +205,13 @@ private var dotExecutable: URL? {
     // beside the group's queue drew each child twice, under two node ids.
 
     @Test func aQuoteFollowedByACombiningMarkIsEscaped() async {
-        let queue = JobQueue(name: "dot-quote")
-        let job = HeldJob(name: "say \"\u{301}hi\"")
-        queue.addJob(job)
-        await job.started.wait()
-        let dot = queue.dotGraph()
-        job.finish()
-        await queue.waitUntilAllJobsAreFinished()
+        let dot = await dotGraph(ofOneJobNamed: "say \"\u{301}hi\"", on: "dot-quote")
         #expect(dot.contains(#"say \""# + "\u{301}" + #"hi\""#), "\(dot)")
         checkStructure(dot)
     }
 
     @Test func aCarriageReturnAndLineFeedInANameIsOneEscapedLineBreak() async {
-        let queue = JobQueue(name: "dot-crlf")
-        let job = HeldJob(name: "first\r\nsecond\rthird")
-        queue.addJob(job)
-        await job.started.wait()
-        let dot = queue.dotGraph()
-        job.finish()
-        await queue.waitUntilAllJobsAreFinished()
+        let dot = await dotGraph(ofOneJobNamed: "first\r\nsecond\rthird", on: "dot-crlf")
         #expect(!dot.unicodeScalars.contains("\r"), "\(dot.debugDescription)")
         #expect(dot.contains(#"first\nsecond\nthird"#), "\(dot)")
     }
