@@ -27,7 +27,9 @@
 ///   counts as finished from the moment its last child is counted. A child that has already
 ///   finished counts as finished (and, if it failed, as a failure). A running child adds to its
 ///   group with ``Job/produce(_:)``, which counts the new child before the producer can finish, so
-///   the group cannot finish in between.
+///   the group cannot finish in between. A dependency that a child's condition generates
+///   (``JobCondition/dependency(for:)``) and that joins the group's queue of children on the
+///   child's behalf is counted as a child too, unless it waits for the group.
 /// - A group and a job inside it cannot wait for each other (the group waits for its children to
 ///   finish, and they for it to start): ``Job/addDependency(_:policy:)`` between them, at any depth,
 ///   throws ``JobError/Code/dependencyCycle``, and ``addChild(_:)`` traps on a job that already
@@ -175,6 +177,31 @@ public final class GroupJob: Job, @unchecked Sendable {
             }
         }
         return cancelled
+    }
+
+    /// A condition of a child this group counts generated `dependency`, which joins the queue of
+    /// children now, on the child's behalf (`JobQueue._enqueueGeneratedDependenciesLocked`): the
+    /// group counts it as a child, as it counts a job a child produces. So the group waits for it,
+    /// also when the child is cancelled meanwhile, and it runs under the categories the group
+    /// holds. Until 2026-11-26 it was not counted: one that named a category the group held waited
+    /// in line for it, while the group waited for the child and the child for it.
+    ///
+    /// Not counted: by a group being cancelled or refused, which takes no children (the dependency
+    /// is cancelled with the rest of the queue); nor when the dependency waits for this group or a
+    /// group around it, which would then wait for it (a cycle through the child's own edge, which
+    /// is not refused, as other cycles through other jobs' edges are not). Call with `engineLock`
+    /// held, before the dependency joins the queue.
+    func _countGeneratedDependencyLocked(_ dependency: Job, _ actions: inout _Actions) {
+        guard !_isCancelled && !isRefused, _childCycleLocked(dependency) == nil else { return }
+        #if CONDUCTOR_INVARIANTS
+            // The child that needs it is counted and unfinished: the group holds itself already.
+            _require(
+                unfinished > 0, "Conductor: '\(_describeLocked)' counts a generated dependency with no unfinished child"
+            )
+        #endif
+        _countChildInProgressLocked(dependency, settled: false, &actions)
+        unfinished += 1
+        dependency._isCountedChild = true
     }
 
     /// Why `job` cannot become a child, whatever this group's state: it is on a queue (another
@@ -334,8 +361,8 @@ public final class GroupJob: Job, @unchecked Sendable {
         }
         var adopted: [JobProgress] = []
         // O(children) once. Every unfinished child is on the queue of children until it finishes;
-        // so are jobs the group does not count (a child's conditions' generated dependencies, a
-        // job a child added to `JobQueue.current`), which count in that queue's progress only.
+        // so are jobs the group does not count (a job a child added to `JobQueue.current`, a
+        // generated dependency left uncounted), which count in that queue's progress only.
         for child in children._membersLocked() where child._isCountedChild {
             if let own = child._progressToCountLocked(&actions) {
                 adopted.append(own)

@@ -123,7 +123,8 @@ extension Job {
     /// the groups that count those, and so on. Returns the jobs on the cycle, starting with this
     /// job, each waiting for the next: this job, `job`, then the groups between them. A cycle
     /// through other jobs' edges is not found, nor one through a job on a group's queue of children
-    /// that the group does not count (a child's condition's generated dependency).
+    /// that the group does not count (one a child added through `JobQueue.current`, or a generated
+    /// dependency that waits for the group, `GroupJob._countGeneratedDependencyLocked`).
     ///
     /// - Complexity: O(depth of nesting), retaining and allocating nothing unless it finds a cycle.
     ///   Call with `engineLock` held, for an unfinished `job`.

@@ -25,7 +25,9 @@ public protocol JobCondition: Sendable {
     /// the engine adds it to the job's queue when the job is added (at once if the job is already
     /// on one), unless it is already on a queue, started or finished. So two jobs whose conditions
     /// return the same job share it, and it runs once. On the queue it goes no later than its job, so a
-    /// barrier added after the job waits for it too, and one the job waits behind holds it too.
+    /// barrier added after the job waits for it too, and one the job waits behind holds it too. For
+    /// a child of a ``GroupJob``, the group counts it as a child: it waits for it, and it runs under
+    /// the group's exclusivity categories.
     func dependency(for job: Job) -> Job?
 
     /// Whether `job` may run. Called once the job's dependencies have finished, with no lock held,

@@ -112,6 +112,8 @@ extension JobQueue {
 
     /// Adds the dependencies `job`'s conditions generated to this queue, each unless it is on
     /// another queue, started or finished (so two jobs sharing one generated dependency run it once).
+    /// On a group's queue of children, for a child the group counts, the group counts each one that
+    /// joins as a child (`GroupJob._countGeneratedDependencyLocked`).
     ///
     /// They join no later than `job`: admitted if `job` is, or held behind `job`'s barrier (for a
     /// barrier, behind the one before it). Not behind the newest barrier, as a job added now would
@@ -127,8 +129,11 @@ extension JobQueue {
         if job._isBarrier && !job._admitted {
             target -= 1
         }
+        // On a group's queue of children, for a child the group counts: the group counts them too.
+        let group = job._countingGroupLocked
         for dependency in extras.generatedDependencies where dependency._lifecycle.isUnstarted {
             if dependency._queue == nil {
+                group?._countGeneratedDependencyLocked(dependency, &actions)
                 dependency._queue = Unmanaged.passUnretained(self)
                 _countJoiningLocked(dependency, &actions)
                 _linkLocked(dependency)

@@ -16,6 +16,15 @@ private func failing(_ label: String) -> Job {
     return job
 }
 
+/// A condition that generates `dependency` and is then met.
+private struct GeneratesDependency: JobCondition {
+    let dependency: Job
+    init(_ dependency: Job) { self.dependency = dependency }
+    var name: String { "generates '\(dependency.displayName)'" }
+    func dependency(for job: Job) -> Job? { dependency }
+    func evaluate(for job: Job) async throws -> Bool { true }
+}
+
 private func succeeded(_ job: Job) -> Bool {
     if case .succeeded? = job.outcome { true } else { false }
 }
@@ -421,6 +430,109 @@ private func succeeded(_ job: Job) -> Bool {
         await queue.waitUntilAllJobsAreFinished()
         #expect(ran.value == 2)
         #expect(JobQueue._exclusivityCategoriesInUse(among: ["group-printer"]) == 0)
+    }
+
+    /// A child's condition generates a dependency that names the category the group holds. The
+    /// dependency joins the group's queue of children and the group counts it, as a child: it runs
+    /// under the group's hold, and the group waits for it. Until 2026-11-26 the group did not count
+    /// it, so it waited in line for the category the group held, while the group waited for the
+    /// child and the child for it: none of them finished.
+    @Test(.hangLimit) func aChildsGeneratedDependencyInTheGroupsCategoryRunsInsideTheGroup() async {
+        let queue = JobQueue(name: "group-generated-category", maxConcurrentJobCount: 2)
+        let ran = Log<String>()
+        let login = BlockJob { ran.append("login") }
+        login.name = "login"
+        login.exclusivityCategories = ["gg-account"]
+        let child = BlockJob { ran.append("child") }
+        child.addCondition(GeneratesDependency(login))
+        let group = GroupJob(name: "account group", jobs: [child])
+        group.exclusivityCategories = ["gg-account"]
+        let outsider = BlockJob { ran.append("outsider") }
+        outsider.exclusivityCategories = ["gg-account"]
+        try? outsider.addDependency(child)  // in line for the category only once the group runs
+        // Counted as a child, so the group cannot wait for it.
+        #expect(throws: JobError.self) { try group.addDependency(login) }
+        queue.addJobs([group, outsider], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+
+        let order = ran.values
+        #expect(order == ["login", "child", "outsider"])
+        let unsuccessful = [group, login, outsider].filter { !succeeded($0) }.map(\.displayName)
+        #expect(unsuccessful == [], "\(String(describing: group.outcome))")
+        let units = (group.progress.totalUnitCount, group.progress.completedUnitCount)
+        #expect(units == (2, 2))
+        let inUse = JobQueue._exclusivityCategoriesInUse(among: ["gg-account"])
+        #expect(inUse == 0)
+    }
+
+    /// A generated dependency the group counts is one of its jobs in every way: its failure fails
+    /// the group, the group waits for it even when the child that needed it was cancelled, and
+    /// inside the group it may name only categories a group around it holds.
+    @Test(.hangLimit) func aGroupCountsItsChildsGeneratedDependencyAsAChild() async {
+        let queue = JobQueue(name: "group-generated-counted")
+        let order = Log<String>()
+        let login = HeldJob(name: "login")
+        let cancelled = BlockJob { order.append("cancelled child ran") }
+        cancelled.name = "cancelled child"
+        cancelled.addCondition(GeneratesDependency(login))
+        let refused = BlockJob {}
+        refused.name = "refused login"
+        refused.exclusivityCategories = ["gg-elsewhere"]
+        let refusedChild = BlockJob { order.append("after refused login") }
+        refusedChild.addCondition(GeneratesDependency(refused))
+        let failingLogin = ProbeJob { _ in throw ChildError(label: "no account") }
+        failingLogin.name = "failing login"
+        let failingChild = BlockJob { order.append("after failing login") }
+        failingChild.addCondition(GeneratesDependency(failingLogin))
+        let group = GroupJob(name: "counting group", jobs: [cancelled, refusedChild, failingChild])
+        group.completionBlock = { order.append("group finished") }
+        queue.addJob(group)
+        await login.started.wait()
+        cancelled.cancel()
+        await cancelled.waitUntilFinished()
+        await refusedChild.waitUntilFinished()
+        await failingChild.waitUntilFinished()
+        order.append("login finishes")
+        login.finish()
+        await group.waitUntilFinished()
+
+        let events = order.values
+        #expect(events.last == "group finished" && events.contains("login finishes"), "\(events)")
+        #expect(!events.contains("cancelled child ran"))
+        guard case .failed(let refusal as JobError)? = refused.outcome else {
+            Issue.record("the refused login: \(String(describing: refused.outcome))")
+            return
+        }
+        let refusedBy = refusal.jobs.last === group
+        #expect(refusal.code == .categoryNotHeldByGroup && refusedBy, "\(refusal)")
+        guard case .failed(let failure as GroupFailure)? = group.outcome else {
+            Issue.record("the group: \(String(describing: group.outcome))")
+            return
+        }
+        let failed = Set(failure.failures.map(\.job))
+        #expect(failed == ["refused login", "failing login"])
+        let units = (group.progress.totalUnitCount, group.progress.completedUnitCount)
+        #expect(units == (6, 6))
+    }
+
+    /// A generated dependency that waits for the group itself is not counted: the group would wait
+    /// for it, a cycle through the child's edge, which is not refused (as no cycle through another
+    /// job's edges is). It stays on the queue of children as before, and the group's cancellation
+    /// still ends all three.
+    @Test(.hangLimit) func aGeneratedDependencyThatWaitsForTheGroupIsNotCounted() async throws {
+        let login = BlockJob {}
+        login.name = "login"
+        let child = BlockJob {}
+        child.addCondition(GeneratesDependency(login))
+        let group = GroupJob(name: "waited-for group")
+        try login.addDependency(group)
+        group.addChild(child)
+        #expect(group.progress.totalUnitCount == 1)
+        JobQueue(name: "group-generated-cycle").addJob(group)
+        group.cancel()
+        await group.waitUntilFinished()
+        #expect(child.isCancelled && login.isFinished && group.isCancelled)
+        #expect(group.progress.totalUnitCount == 1)
     }
 
     /// Inside a group, a job may name only categories a group around it holds. One naming another

@@ -389,21 +389,22 @@ private struct LoginCondition: JobCondition {
         #expect(outer.progress.totalUnitCount == 3 && outer.progress.completedUnitCount == 3)
     }
 
-    @Test func aChildsGeneratedDependencyCountsOnlyInTheQueueOfChildren() async {
+    @Test func aChildsGeneratedDependencyCountsInTheGroupAsAChild() async {
         // The login job runs on the group's queue of children, as the generated dependency of a
-        // child's condition; the group does not count it, before or after its progress is made.
+        // child's condition, and the group counts it as a child from the moment it joins (with the
+        // child, here). Until 2026-11-26 it counted only in the queue of children.
         let login = BlockJob {}
         let child = BlockJob {}
         child.addCondition(LoginCondition(login: login))
         let group = GroupJob(name: "with login", jobs: [child])
-        #expect(group.progress.totalUnitCount == 1 && group.progress.completedUnitCount == 0)
+        #expect(group.progress.totalUnitCount == 2 && group.progress.completedUnitCount == 0)
         let fractions = Log<Double>()
         child.observe { event in
             if case .finished = event { fractions.append(group.progress.fractionCompleted) }
         }
         JobQueue(name: "progress-login").addJob(group)
         await group.waitUntilFinished()
-        #expect(login.isFinished && group.progress.totalUnitCount == 1)
+        #expect(login.isFinished && group.progress.totalUnitCount == 2)
         #expect(fractions.values == [1.0])
     }
 

@@ -20,6 +20,14 @@ import Testing
 
 /// A watchdog with a short threshold that keeps the reports naming a job `isOurs` accepts, and
 /// lets the test await reports and wake-ups.
+/// A condition whose generated dependency is `login`, met once it has run.
+private struct NeedsLogin: JobCondition {
+    let login: Job
+    var name: String { "needs login" }
+    func dependency(for job: Job) -> Job? { login }
+    func evaluate(for job: Job) async throws -> Bool { true }
+}
+
 private final class Watch: Sendable {
     let reports = Log<StallReport>()
     let wakeUps = Counter()
@@ -199,6 +207,44 @@ private final class Watch: Sendable {
         watch.stop()
         second.cancel()
         await queue.waitUntilAllJobsAreFinished()
+    }
+
+    /// A child's generated dependency that was on another queue already stays there, outside the
+    /// group (Composition, "Groups and produced jobs"). If it needs the category the group holds,
+    /// the group waits for the child, the child for it and it for the group: a wait cycle, reported.
+    @Test(.hangLimit)
+    func aChildWaitingForAJobOutsideItsGroupThatNeedsTheGroupsCategoryIsAWaitCycle() async {
+        let category = "wd-group-category-\(UInt64.random(in: 0...UInt64.max))"
+        let elsewhere = JobQueue(name: "wd-elsewhere")
+        elsewhere.isSuspended = true
+        let login = BlockJob {}
+        login.name = "wd-login"
+        login.exclusivityCategories = [category]
+        elsewhere.addJob(login)
+        let child = BlockJob {}
+        child.name = "wd-child"
+        child.addCondition(NeedsLogin(login: login))
+        let group = GroupJob(name: "wd-group", jobs: [child])
+        group.exclusivityCategories = [category]
+        let started = Signal()
+        group.observe { if $0 == .started { started.fire() } }
+        let watch = Watch { $0 === login || $0 === child }
+        watch.start()
+        let queue = JobQueue(name: "wd-group-queue")
+        queue.addJob(group)
+        await started.wait()  // the group holds the category
+        elsewhere.isSuspended = false
+
+        var report = await watch.nextReport()
+        while report.kind != .waitCycle {
+            report = await watch.nextReport()
+        }
+        let reported = report.jobs.map(\.displayName)
+        #expect(Set(reported).isSuperset(of: ["wd-login", "wd-child"]), "\(report)")
+        watch.stop()
+        group.cancel()
+        await queue.waitUntilAllJobsAreFinished()
+        await elsewhere.waitUntilAllJobsAreFinished()
     }
 
     @Test(.hangLimit)
