@@ -22,7 +22,7 @@ struct _WaitReason {
     let long: _DeferredText
 }
 
-extension Job: CustomStringConvertible, CustomDebugStringConvertible {
+extension Job: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// ``description``, as the engine writes it.
     var _engineDescription: String {
         JobQueue._withEveryQueuesPushedAdmitted {

@@ -872,6 +872,26 @@ open class Job: @unchecked Sendable {
     /// The job's type and ``id`` followed by its ``explain()`` text. Subclasses may override it.
     open var debugDescription: String { _engineDebugDescription }
 
+    /// What `dump(_:)`, a `Mirror` and a failed test expectation that names the job show: its
+    /// ``id``, ``name``, ``state``, ``isCancelled`` and ``outcome``, read in one critical section.
+    /// Subclasses may override it, to add their own.
+    ///
+    /// Not the stored properties, which a default mirror would read without the engine lock: the
+    /// engine changes them under it, and some are links it holds unretained (the job's neighbours
+    /// on its queue), which a reflection could follow to a job already freed. Until 2026-11-26 it
+    /// did: a failed `#expect` naming a queue or a job could crash the test process.
+    open var customMirror: Mirror {
+        let (name, state, isCancelled, outcome) = engineLock.withLock {
+            (_name, _state, _isCancelled, _outcomeLocked)
+        }
+        return Mirror(
+            self,
+            children: [
+                "id": id, "name": name as Any, "state": state, "isCancelled": isCancelled, "outcome": outcome as Any,
+            ],
+            displayStyle: .class, ancestorRepresentation: .suppressed)
+    }
+
     /// The job's name, or its type and ``id`` when it has none.
     public var displayName: String { engineLock.withLock { _describeLocked } }
 

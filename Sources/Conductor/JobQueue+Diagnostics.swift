@@ -1,8 +1,24 @@
-extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible {
+extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The queue's name (or `JobQueue#id`), limit, and how many jobs execute, are ready and wait:
     /// `"network: limit 4, 4 executing, 2 ready, 7 waiting"`, with `", suspended"` when it is.
     public var description: String {
         _update { "\($0._displayNameLocked): \($0._summaryLocked)" }
+    }
+
+    /// What `dump(_:)`, a `Mirror` and a failed test expectation that names the queue show: its
+    /// ``name``, ``maxConcurrentJobCount``, ``isSuspended`` and ``jobCount``, read in one critical
+    /// section. Not its stored properties, which a default mirror would read without the engine
+    /// lock, following links to its jobs that the engine holds unretained (`Job.customMirror`).
+    public var customMirror: Mirror {
+        let (name, limit, isSuspended, jobCount) = _update {
+            ($0._name, $0._maxConcurrentJobCount, $0._isSuspended, $0._jobCount)
+        }
+        return Mirror(
+            self,
+            children: [
+                "name": name as Any, "maxConcurrentJobCount": limit, "isSuspended": isSuspended, "jobCount": jobCount,
+            ],
+            displayStyle: .class)
     }
 
     /// The ``description`` with the queue's number and quality of service.

@@ -18,6 +18,42 @@ private final class FailingJob: Job, @unchecked Sendable {
 }
 
 @Suite struct DiagnosticsTests {
+    /// A mirror shows what the public API reads, taken under the engine lock, not the stored
+    /// properties: a default mirror read those unlocked and followed the links the engine holds
+    /// unretained (a job's neighbours on its queue, stale entries of the ready line), so `dump(_:)`
+    /// walked the whole queue, and a failed `#expect` naming a queue could crash on a freed job.
+    @Test func aJobAndAQueueReflectAsTheirPublicStateNotTheirStoredProperties() async {
+        let queue = JobQueue(name: "diag-mirror", maxConcurrentJobCount: 2)
+        queue.isSuspended = true
+        let jobs = (0..<3).map { index in
+            let job = BlockJob {}
+            job.name = "mirror-\(index)"
+            return job
+        }
+        queue.addJobs(jobs, waitUntilFinished: false)
+        jobs[2].cancel()
+
+        let jobMirror = Mirror(reflecting: jobs[1])
+        #expect(jobMirror.children.map(\.label) == ["id", "name", "state", "isCancelled", "outcome"])
+        #expect(jobMirror.superclassMirror == nil && jobMirror.displayStyle == .class)
+        var dumped = ""
+        dump(jobs[1], to: &dumped)
+        #expect(dumped.contains("mirror-1") && dumped.contains("ready"))
+        #expect(!dumped.contains("mirror-0") && !dumped.contains("mirror-2") && !dumped.contains("_next"))
+        var cancelled = ""
+        dump(jobs[2], to: &cancelled)
+        #expect(cancelled.contains("isCancelled: true") && cancelled.contains("finished"))
+
+        let queueMirror = Mirror(reflecting: queue)
+        #expect(queueMirror.children.map(\.label) == ["name", "maxConcurrentJobCount", "isSuspended", "jobCount"])
+        var dumpedQueue = ""
+        dump(queue, to: &dumpedQueue)
+        #expect(dumpedQueue.contains("jobCount: 2") && dumpedQueue.contains("isSuspended: true"))
+        #expect(!dumpedQueue.contains("mirror-") && !dumpedQueue.contains("_ready"))
+        queue.isSuspended = false
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
     @Test func aDescriptionNamesTheJobStateQueuePriorityAndReason() async {
         let loose = BlockJob {}
         #expect(loose.description == "BlockJob#\(loose.id): ready (not on a queue), priority normal")
