@@ -176,11 +176,27 @@ extension Job {
     /// `job._dependents`. So when this job's list is long, `job`'s is scanned if it is short, and the
     /// set is built only when both are long (or `job` has finished). A fan-in's last job (10⁴
     /// dependencies, each with at most one dependent) needs no set.
+    @inline(__always)
     func _hasDependencyLocked(_ job: Job) -> Bool {
         #if CONDUCTOR_INVARIANTS
             _require(
                 _lifecycle.isUnstarted, "Conductor: _hasDependencyLocked on '\(_describeLocked)', which has started")
         #endif
+        // No dependency or one, answered inline: a job's first two edges. A set, if the job has
+        // one, holds the same identities as the list.
+        switch _dependencies {
+        case .empty:
+            return false
+        case .one(let dependency):
+            return dependency === job
+        case .many:
+            return _hasDependencyInBufferLocked(job)
+        }
+    }
+
+    /// `_hasDependencyLocked(_:)` for a job with two or more dependencies.
+    @inline(never)
+    func _hasDependencyInBufferLocked(_ job: Job) -> Bool {
         if let set = _extras?.dependencySet {
             return set.contains(ObjectIdentifier(job))
         }

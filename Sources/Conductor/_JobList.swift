@@ -70,7 +70,20 @@ package enum _JobList: RandomAccessCollection {
     }
 
     /// - Complexity: O(1) amortized.
+    @inline(__always)
     package mutating func append(_ job: Job) {
+        // A list's first job, inline at the call: every edge of a chain, and a graph's first edge
+        // on each side.
+        if case .empty = self {
+            self = .one(job)
+        } else {
+            _appendToNonEmpty(job)
+        }
+    }
+
+    /// `append(_:)` to a list that holds one job or more.
+    @inline(never)
+    mutating func _appendToNonEmpty(_ job: Job) {
         // `consume`: the payload moves out, so a buffer is uniquely referenced and grows in place,
         // with no retain and release of it (or of a single job) around the change.
         switch consume self {
