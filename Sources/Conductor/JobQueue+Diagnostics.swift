@@ -93,10 +93,12 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible, Custo
                 ))
         }
         if job._isBarrier && !job._admitted {
+            let count = _activeUnfinished
+            let jobs = count == 1 ? "job" : "jobs"
             return _WaitReason(
-                keyword: "barrier", short: "barrier waiting for \(_activeUnfinished) earlier jobs",
+                keyword: "barrier", short: "barrier waiting for \(count) earlier \(jobs)",
                 long: _DeferredText(
-                    "it is a barrier: it runs once the \(_activeUnfinished) unfinished jobs added before it have finished"
+                    "it is a barrier: it runs once the \(count) unfinished \(jobs) added before it \(count == 1 ? "has" : "have") finished"
                 ))
         }
         // The group read where it holds itself, not through the weak `_owningGroup`, whose strong

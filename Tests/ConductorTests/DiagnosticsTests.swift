@@ -234,9 +234,23 @@ private final class FailingJob: Job, @unchecked Sendable {
             contains: [
                 "Queue 'diag-barrier': default limit", "Executing (1):\n  - 'holder' executing for ",
                 "Waiting (2), by reason:\n  - barrier (2): 'barrier#",
-                "(barrier waiting for 1 earlier jobs), 'later' (barrier 'barrier#",
+                "(barrier waiting for 1 earlier job), 'later' (barrier 'barrier#",
             ])
         holder.finish()
+        await queue.waitUntilAllJobsAreFinished()
+    }
+
+    @Test func aBarrierCountsTheJobsBeforeItInWords() async {
+        let queue = JobQueue(name: "diag-barrier-count")
+        let holders = [HeldJob(name: "first"), HeldJob(name: "second")]
+        queue.addJobs(holders, waitUntilFinished: false)
+        for holder in holders { await holder.started.wait() }
+        queue.addBarrierBlock {}
+        expectText(queue.explain(), contains: ["(barrier waiting for 2 earlier jobs)"])
+        holders[0].finish()
+        await holders[0].waitUntilFinished()
+        expectText(queue.explain(), contains: ["(barrier waiting for 1 earlier job)"])
+        holders[1].finish()
         await queue.waitUntilAllJobsAreFinished()
     }
 
