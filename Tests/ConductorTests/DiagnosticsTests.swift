@@ -240,6 +240,24 @@ private final class FailingJob: Job, @unchecked Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
+    @Test func aPendingJobsDescriptionNamesItsFirstUnfinishedDependencyAndCountsTheRest() async throws {
+        let queue = JobQueue(name: "diag-dependencies")
+        let done = BlockJob {}
+        done.name = "done"
+        queue.addJob(done)
+        await done.waitUntilFinished()
+        let report = BlockJob {}
+        report.name = "report"
+        try report.addDependency(done)
+        for name in ["parse", "fetch", "sort"] {
+            let dependency = BlockJob {}
+            dependency.name = name
+            try report.addDependency(dependency)
+        }
+        #expect(report.description == "report: pending (dependency 'parse' and 2 more), priority normal")
+        expectText(report.explain(), contains: ["it waits for 3 unfinished dependencies of 4:"])
+    }
+
     @Test func aBarrierCountsTheJobsBeforeItInWords() async {
         let queue = JobQueue(name: "diag-barrier-count")
         let holders = [HeldJob(name: "first"), HeldJob(name: "second")]
