@@ -29,7 +29,10 @@
 ///   group with ``Job/produce(_:)``, which counts the new child before the producer can finish, so
 ///   the group cannot finish in between. A dependency that a child's condition generates
 ///   (``JobCondition/dependency(for:)``) and that joins the group's queue of children on the
-///   child's behalf is counted as a child too, unless it waits for the group.
+///   child's behalf is counted too, unless it waits for the group: the group waits for it, it takes
+///   the categories the group holds through the group and waits in line for any other (it is not
+///   refused, as a child would be), and its failure does not fail the group (the child's
+///   condition judges it).
 /// - A group and a job inside it cannot wait for each other (the group waits for its children to
 ///   finish, and they for it to start): ``Job/addDependency(_:policy:)`` between them, at any depth,
 ///   throws ``JobError/Code/dependencyCycle``, and ``addChild(_:)`` traps on a job that already
@@ -39,7 +42,8 @@
 ///   naming one of them runs without waiting for the group to let it go. Inside a group, a job may
 ///   name only categories a group around it holds; one that names another fails with
 ///   ``JobError/Code/categoryNotHeldByGroup`` without running, since waiting for it while the
-///   group holds its slot and categories could deadlock.
+///   group holds its slot and categories could deadlock. (A child's generated dependency waits,
+///   as it would outside the group.)
 public final class GroupJob: Job, @unchecked Sendable {
     // @unchecked Sendable: `children` is a JobQueue (itself Sendable); every other stored property
     // is guarded by `engineLock`, and so `@exclusivity(unchecked)`, like `Job`'s own.
@@ -181,18 +185,19 @@ public final class GroupJob: Job, @unchecked Sendable {
 
     /// A condition of a child this group counts generated `dependency`, which joins the queue of
     /// children now, on the child's behalf (`JobQueue._enqueueGeneratedDependenciesLocked`): the
-    /// group counts it as a child, as it counts a job a child produces. So the group waits for it,
-    /// also when the child is cancelled meanwhile, and it runs under the categories the group
-    /// holds. Until 2026-11-26 it was not counted: one that named a category the group held waited
-    /// in line for it, while the group waited for the child and the child for it.
+    /// group counts it. So the group waits for it, also when the child is cancelled meanwhile, and
+    /// it takes the categories a group around it holds through that group; it waits in line for any
+    /// other, as it would outside the group, instead of being refused as a child would be
+    /// (`_ExclusivityRegistry.acquireLocked`). Its failure is not the group's: the child's
+    /// condition judges it, as for a job outside any group. Until 2026-11-26 it was not counted:
+    /// one that named a category the group held waited in line for it, while the group waited for
+    /// the child and the child for it.
     ///
-    /// Not counted: by a group being cancelled or refused, which takes no children (the dependency
-    /// is cancelled with the rest of the queue); nor when the dependency waits for this group or a
-    /// group around it, which would then wait for it (a cycle through the child's own edge, which
-    /// is not refused, as other cycles through other jobs' edges are not). Call with `engineLock`
-    /// held, before the dependency joins the queue.
+    /// Not counted: one that waits for this group or a group around it, which would then wait for
+    /// it (a cycle through the child's own edge, not refused, as other cycles through other jobs'
+    /// edges are not). Call with `engineLock` held, before the dependency joins the queue.
     func _countGeneratedDependencyLocked(_ dependency: Job, _ actions: inout _Actions) {
-        guard !_isCancelled && !isRefused, _childCycleLocked(dependency) == nil else { return }
+        guard _childCycleLocked(dependency) == nil else { return }
         #if CONDUCTOR_INVARIANTS
             // The child that needs it is counted and unfinished: the group holds itself already.
             _require(
@@ -202,6 +207,7 @@ public final class GroupJob: Job, @unchecked Sendable {
         _countChildInProgressLocked(dependency, settled: false, &actions)
         unfinished += 1
         dependency._isCountedChild = true
+        dependency._isGeneratedChild = true
     }
 
     /// Why `job` cannot become a child, whatever this group's state: it is on a queue (another
@@ -378,14 +384,19 @@ public final class GroupJob: Job, @unchecked Sendable {
         return progress
     }
 
-    /// `child`, which this group counts, has finished and been told so: counts the group down. At
+    /// `child`, which this group counts, has finished and been told so: counts the group down,
+    /// keeping its failure unless it is a child's generated dependency. At
     /// its last unfinished child the group lets go of itself (`JobQueue._countingGroupRetain`): if
     /// it is executing, it seals, and `actions` finishes it (`_end()`) after unlocking with that
     /// reference; otherwise the reference is released after unlocking (it may be the last). Call
     /// with `engineLock` held, from `Job._countDownGroupLocked` or `_countDownPlainChildLocked`.
     func _childFinishedLocked(_ child: Job, _ actions: inout _Actions) {
         unfinished -= 1
-        _recordFailureLocked(of: child)
+        if child._isGeneratedChild {
+            child._isGeneratedChild = false
+        } else {
+            _recordFailureLocked(of: child)
+        }
         guard unfinished == 0, let retain = children._countingGroupRetain.take() else { return }
         let counting = retain.takeRetainedValue()
         if didExecute && !isSealed {

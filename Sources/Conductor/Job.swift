@@ -83,6 +83,11 @@ open class Job: @unchecked Sendable {
         get { _flags.contains(.isCountedChild) }
         set { _flags.set(.isCountedChild, newValue) }
     }
+    /// Whether its group counts the job as a child's generated dependency (`_JobFlags`).
+    var _isGeneratedChild: Bool {
+        get { _flags.contains(.isGeneratedChild) }
+        set { _flags.set(.isGeneratedChild, newValue) }
+    }
 
     /// The group that counts this job among its unfinished children, if one does: the group whose
     /// queue of children the job is on, which holds the group while it counts children

@@ -26,8 +26,8 @@ public protocol JobCondition: Sendable {
     /// on one), unless it is already on a queue, started or finished. So two jobs whose conditions
     /// return the same job share it, and it runs once. On the queue it goes no later than its job, so a
     /// barrier added after the job waits for it too, and one the job waits behind holds it too. For
-    /// a child of a ``GroupJob``, the group counts it as a child: it waits for it, and it runs under
-    /// the group's exclusivity categories.
+    /// a child of a ``GroupJob``, the group counts it (see ``GroupJob``): the group waits for it, and
+    /// it takes the exclusivity categories the group holds through the group.
     func dependency(for job: Job) -> Job?
 
     /// Whether `job` may run. Called once the job's dependencies have finished, with no lock held,

@@ -181,12 +181,21 @@ final class _ExclusivityRegistry: @unchecked Sendable {
                 // categories) while it waits for its children, so a child waiting for a category
                 // could wait for a job that waits for that slot. The job is granted nothing and
                 // fails instead of running.
-                extras.lineCategories = _CategoryList()
-                if let name = (extras.exclusivityCategories ?? []).filter({ !heldByAncestor($0, of: group) }).min() {
+                let outside = (extras.exclusivityCategories ?? []).filter { !heldByAncestor($0, of: group) }
+                var lines = _CategoryList()
+                if job._isGeneratedChild {
+                    // Except a child's generated dependency, which waits in line for the others as
+                    // it did outside the group before the group counted it (the same wait).
+                    for name in outside {
+                        lines.append(resolveLocked(name))
+                    }
+                } else if let name = outside.min() {
+                    extras.lineCategories = lines
                     extras.categoryRefusal = (name, group)
                     job._runsElsewhere = true
                     return true
                 }
+                extras.lineCategories = lines
             } else {
                 // In the set's order: any order is free of deadlock, since a job joins all its
                 // lines at once. Dropping the references of an earlier claim (a job that left the
