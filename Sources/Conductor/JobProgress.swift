@@ -22,7 +22,7 @@
 /// ``observe(_:)`` calls a handler after each change, outside every lock and with no worker context.
 /// Changes made on different threads may be reported concurrently, and a report may find values
 /// newer than the change it reports: read them from the object passed.
-public final class JobProgress: Sendable {
+public final class JobProgress: Sendable, CustomReflectable {
     /// Whose progress it is: the sum of a group's or a queue's jobs cannot be set directly.
     enum Kind: Sendable {
         case job, group, queue
@@ -40,6 +40,19 @@ public final class JobProgress: Sendable {
     /// which add up their jobs, setting it traps, as does a negative value. Setting it after the
     /// job finished has no effect. A group's or a queue's sum past `Int64.max` reads as `Int64.max`
     /// (it is kept exact).
+    /// What `dump(_:)` and a `Mirror` show: ``totalUnitCount``, ``completedUnitCount`` and
+    /// ``fractionCompleted``. Not its stored state, which the engine changes under its lock (its
+    /// parent, its observers): a default mirror read it without the lock (`Job.customMirror`).
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "totalUnitCount": totalUnitCount, "completedUnitCount": completedUnitCount,
+                "fractionCompleted": fractionCompleted,
+            ],
+            displayStyle: .class)
+    }
+
     public var totalUnitCount: Int64 {
         get { storage.read { Int64(clamping: $0.total) } }
         set { set(total: newValue, completed: nil, "totalUnitCount") }

@@ -398,3 +398,13 @@ package func _json(_ text: String) -> String {
     }
     return result + "\""
 }
+
+extension JobTracer: CustomReflectable {
+    /// What `dump(_:)` and a `Mirror` show: its ``capacity`` and whether it is recording. Not its
+    /// stored events, which the engine writes under its lock: a default mirror read them without
+    /// it, and could crash on a buffer being replaced (`Job.customMirror`).
+    public var customMirror: Mirror {
+        let isRecording = engineLock.withLock { _tracers.list.contains { $0 === recorder } }
+        return Mirror(self, children: ["capacity": capacity, "isRecording": isRecording], displayStyle: .class)
+    }
+}

@@ -171,6 +171,15 @@ public final class StallWatchdog: Sendable {
     }
 }
 
+extension StallWatchdog: CustomReflectable {
+    /// What `dump(_:)` and a `Mirror` show: its ``threshold`` and whether it is running, not its
+    /// locks and what it has reported (`Job.customMirror`).
+    public var customMirror: Mirror {
+        let isRunning = state.withLock { $0.ticker != nil }
+        return Mirror(self, children: ["threshold": threshold, "isRunning": isRunning], displayStyle: .class)
+    }
+}
+
 /// A watchdog's ticker and what it has reported, guarded by its `_LockedValue`.
 struct _WatchdogState: Sendable {
     var ticker: _Ticker?

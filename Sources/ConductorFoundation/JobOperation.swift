@@ -154,3 +154,15 @@ public final class JobOperation: Operation, @unchecked Sendable {
         lifecycle.workFinished(self)
     }
 }
+
+extension JobOperation: CustomReflectable {
+    /// What `dump(_:)` and a `Mirror` show: its ``job`` (which reflects as its public state) and
+    /// whether it is executing, finished or cancelled. Not its stored lifecycle, whose state the
+    /// bridge changes under a lock (`Job.customMirror`).
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: ["job": job, "isExecuting": isExecuting, "isFinished": isFinished, "isCancelled": isCancelled],
+            displayStyle: .class, ancestorRepresentation: .suppressed)
+    }
+}

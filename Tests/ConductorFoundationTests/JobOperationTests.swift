@@ -17,6 +17,18 @@ import Testing
 
 @Suite("JobOperation")
 struct JobOperationTests {
+    @Test func itReflectsAsItsJobAndItsState() {
+        let job = BlockJob {}
+        job.name = "reflected"
+        let operation = JobOperation(job)
+        let mirror = Mirror(reflecting: operation)
+        #expect(mirror.children.map(\.label) == ["job", "isExecuting", "isFinished", "isCancelled"])
+        var dumped = ""
+        dump(operation, to: &dumped)
+        #expect(dumped.contains("reflected") && dumped.contains("isFinished: false"), "\(dumped)")
+        #expect(!dumped.contains("lifecycle"))
+    }
+
     // MARK: Serialization
 
     /// The two kinds of job whose work completes after `execute()` returns.

@@ -54,6 +54,24 @@ private final class FailingJob: Job, @unchecked Sendable {
         await queue.waitUntilAllJobsAreFinished()
     }
 
+    /// The other public classes whose state the engine guards reflect as their public state too: a
+    /// tracer's default mirror read its event buffers unlocked while jobs were traced, and crashed.
+    @Test func progressTracersAndWatchdogsReflectAsTheirPublicState() {
+        let progress = BlockJob {}.progress
+        #expect(
+            Mirror(reflecting: progress).children.map(\.label)
+                == ["totalUnitCount", "completedUnitCount", "fractionCompleted"])
+        let tracer = JobTracer(capacity: 8)
+        tracer.start()
+        var dumped = ""
+        dump(tracer, to: &dumped)
+        tracer.stop()
+        #expect(dumped.contains("capacity: 8") && dumped.contains("isRecording: true"), "\(dumped)")
+        #expect(Mirror(reflecting: tracer).children.map(\.label) == ["capacity", "isRecording"])
+        let watchdog = StallWatchdog(threshold: .seconds(60)) { _ in }
+        #expect(Mirror(reflecting: watchdog).children.map(\.label) == ["threshold", "isRunning"])
+    }
+
     @Test func aDescriptionNamesTheJobStateQueuePriorityAndReason() async {
         let loose = BlockJob {}
         #expect(loose.description == "BlockJob#\(loose.id): ready (not on a queue), priority normal")

@@ -18,8 +18,6 @@ import Testing
 // every queue in the process, so each test only counts the reports that name its own jobs. Tests
 // wait for reports and for wake-ups (`tickObserver`), never for time.
 
-/// A watchdog with a short threshold that keeps the reports naming a job `isOurs` accepts, and
-/// lets the test await reports and wake-ups.
 /// A condition whose generated dependency is `login`, met once it has run.
 private struct NeedsLogin: JobCondition {
     let login: Job
@@ -28,6 +26,8 @@ private struct NeedsLogin: JobCondition {
     func evaluate(for job: Job) async throws -> Bool { true }
 }
 
+/// A watchdog with a short threshold that keeps the reports naming a job `isOurs` accepts, and
+/// lets the test await reports and wake-ups.
 private final class Watch: Sendable {
     let reports = Log<StallReport>()
     let wakeUps = Counter()
