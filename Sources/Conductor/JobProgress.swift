@@ -36,10 +36,6 @@ public final class JobProgress: Sendable, CustomReflectable {
         storage = _ProgressStorage(total: total, completed: completed, finished: finished)
     }
 
-    /// The units of work in all. Set it from the job's own work; on a group's or a queue's progress,
-    /// which add up their jobs, setting it traps, as does a negative value. Setting it after the
-    /// job finished has no effect. A group's or a queue's sum past `Int64.max` reads as `Int64.max`
-    /// (it is kept exact).
     /// What `dump(_:)` and a `Mirror` show: ``totalUnitCount``, ``completedUnitCount`` and
     /// ``fractionCompleted``. Not its stored state, which the engine changes under its lock (its
     /// parent, its observers): a default mirror read it without the lock (`Job.customMirror`).
@@ -53,6 +49,10 @@ public final class JobProgress: Sendable, CustomReflectable {
             displayStyle: .class)
     }
 
+    /// The units of work in all. Set it from the job's own work; on a group's or a queue's progress,
+    /// which add up their jobs, setting it traps, as does a negative value. Setting it after the
+    /// job finished has no effect. A group's or a queue's sum past `Int64.max` reads as `Int64.max`
+    /// (it is kept exact).
     public var totalUnitCount: Int64 {
         get { storage.read { Int64(clamping: $0.total) } }
         set { set(total: newValue, completed: nil, "totalUnitCount") }
