@@ -120,6 +120,8 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// does adding, to any group, a job that is on a queue (another group's included) or executing,
     /// and one that waits for this group or a group around it, or that one of them waits for (for
     /// a group, any job inside it): a group and the jobs inside it cannot wait for each other.
+    /// Adding a job that a child's condition generated, on the group's queue of children until it
+    /// finishes, does nothing: the group counts it already.
     public func addChild(_ job: Job) {
         var actions = _Actions()
         engineLock.lock()
@@ -146,6 +148,11 @@ public final class GroupJob: Job, @unchecked Sendable {
         if let problem = _childProblemLocked(job) {
             engineLock.unlock()
             _trap("GroupJob.addChild(_:): \(problem)")
+        }
+        if job._queue != nil {
+            // The one job on a queue that passes: on the queue of children already, put there as a
+            // child's generated dependency, and counted then (or left out, as that rule says).
+            return false
         }
         let cancelled = _isCancelled || isRefused
         if lookingForCycles && !cancelled && job._state != .finished, let cycle = _childCycleLocked(job) {
@@ -207,7 +214,6 @@ public final class GroupJob: Job, @unchecked Sendable {
         _countChildInProgressLocked(dependency, settled: false, &actions)
         unfinished += 1
         dependency._isCountedChild = true
-        dependency._isGeneratedChild = true
     }
 
     /// Why `job` cannot become a child, whatever this group's state: it is on a queue (another
@@ -392,8 +398,8 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// with `engineLock` held, from `Job._countDownGroupLocked` or `_countDownPlainChildLocked`.
     func _childFinishedLocked(_ child: Job, _ actions: inout _Actions) {
         unfinished -= 1
-        if child._isGeneratedChild {
-            child._isGeneratedChild = false
+        if child._joinedAsGeneratedDependency {
+            child._joinedAsGeneratedDependency = false
         } else {
             _recordFailureLocked(of: child)
         }

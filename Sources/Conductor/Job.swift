@@ -83,10 +83,10 @@ open class Job: @unchecked Sendable {
         get { _flags.contains(.isCountedChild) }
         set { _flags.set(.isCountedChild, newValue) }
     }
-    /// Whether its group counts the job as a child's generated dependency (`_JobFlags`).
-    var _isGeneratedChild: Bool {
-        get { _flags.contains(.isGeneratedChild) }
-        set { _flags.set(.isGeneratedChild, newValue) }
+    /// Whether the job joined its queue as another job's generated dependency (`_JobFlags`).
+    var _joinedAsGeneratedDependency: Bool {
+        get { _flags.contains(.joinedAsGeneratedDependency) }
+        set { _flags.set(.joinedAsGeneratedDependency, newValue) }
     }
 
     /// The group that counts this job among its unfinished children, if one does: the group whose

@@ -178,9 +178,10 @@ struct _JobFlags: OptionSet, Sendable {
     /// job is on (`JobQueue._countingGroupRetain`), from when the group takes the job until the
     /// job, finished and told so, counts it down (`Job._countingGroupLocked`).
     static let isCountedChild = _JobFlags(rawValue: 1 << 6)
-    /// The group counts the job as a dependency a child's condition generated: its failure is not
-    /// the group's (`GroupJob._countGeneratedDependencyLocked`). Cleared when it counts down.
-    static let isGeneratedChild = _JobFlags(rawValue: 1 << 7)
+    /// The job joined its queue as a dependency another job's condition generated
+    /// (`JobQueue._enqueueGeneratedDependenciesLocked`): adding it to that queue again does nothing,
+    /// and a group that counts it does not take its failure (`GroupJob._countGeneratedDependencyLocked`).
+    static let joinedAsGeneratedDependency = _JobFlags(rawValue: 1 << 7)
 
     @inline(__always)
     mutating func set(_ flag: _JobFlags, _ on: Bool) {

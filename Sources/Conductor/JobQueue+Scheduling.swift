@@ -50,11 +50,17 @@ extension JobQueue {
     }
 
     /// Why `job` cannot be added to this queue: it is on a queue already, executing, or finished
-    /// (`nil` for a job cancelled before it was added, which is accepted and has nothing to run).
+    /// (`nil` for a job cancelled before it was added, which is accepted and has nothing to run, and
+    /// for one on this queue as another job's generated dependency, which is here already).
     /// Call with `engineLock` held, off the hot path.
     @inline(never)
     func _joinProblemLocked(_ job: Job) -> String? {
         if let owner = job._queue?.takeUnretainedValue() {
+            if owner === self && job._joinedAsGeneratedDependency {
+                // Put here as another job's generated dependency, and not finished (it would have
+                // left): it is on this queue already.
+                return nil
+            }
             return owner === self
                 ? "'\(job._describeLocked)' is already on this queue ('\(_displayNameLocked)'); a job is added once"
                 : "'\(job._describeLocked)' is already on queue '\(owner._displayNameLocked)'; a job belongs to one queue"
@@ -134,6 +140,7 @@ extension JobQueue {
         for dependency in extras.generatedDependencies where dependency._lifecycle.isUnstarted {
             if dependency._queue == nil {
                 group?._countGeneratedDependencyLocked(dependency, &actions)
+                dependency._joinedAsGeneratedDependency = true
                 dependency._queue = Unmanaged.passUnretained(self)
                 _countJoiningLocked(dependency, &actions)
                 _linkLocked(dependency)

@@ -289,7 +289,9 @@ public final class JobQueue: @unchecked Sendable {
     ///
     /// Adding a job that is already on a queue (this one or another), has already started, or has
     /// finished after running is a programming error and traps with a message naming the job. A job
-    /// that was cancelled before being added is already finished; adding it does nothing.
+    /// that was cancelled before being added is already finished; adding it does nothing. So does
+    /// adding a job that another job's condition generated and put on this queue, until it finishes
+    /// (``JobCondition/dependency(for:)``): it is here already.
     ///
     /// - Complexity: O(1) amortized.
     public func addJob(_ job: Job) {

@@ -183,7 +183,7 @@ final class _ExclusivityRegistry: @unchecked Sendable {
                 // fails instead of running.
                 let outside = (extras.exclusivityCategories ?? []).filter { !heldByAncestor($0, of: group) }
                 var lines = _CategoryList()
-                if job._isGeneratedChild {
+                if job._joinedAsGeneratedDependency {
                     // Except a child's generated dependency, which waits in line for the others as
                     // it did outside the group before the group counted it (the same wait).
                     for name in outside {

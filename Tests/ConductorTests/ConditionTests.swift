@@ -149,6 +149,33 @@ private func succeeded(_ job: Job) -> Bool {
     // placement before letting the jobs run; if it is wrong, it records the issue and cancels the
     // queue's jobs, so that it fails instead of hanging.
 
+    /// A generated dependency listed after its job, in one `addJobs` or a group's jobs, was put on
+    /// the queue by the job's joining: adding it again does nothing, where it trapped ("a job is
+    /// added once") until 2026-11-26. A job added twice that no condition generated still traps
+    /// (`MisuseTests`).
+    @Test(.hangLimit) func aGeneratedDependencyListedAfterItsJobIsAddedOnce() async {
+        let evaluations = Counter()
+        let ran = Log<String>()
+        let login = BlockJob { ran.append("login") }
+        let upload = BlockJob { ran.append("upload") }
+        upload.addCondition(NeedsLogin(login: login, evaluations: evaluations))
+        let queue = JobQueue(name: "generated-listed-after")
+        queue.addJobs([upload, login], waitUntilFinished: false)
+        await queue.waitUntilAllJobsAreFinished()
+        #expect(ran.values == ["login", "upload"])
+
+        let groupLogin = BlockJob { ran.append("group login") }
+        let child = BlockJob { ran.append("child") }
+        child.addCondition(NeedsLogin(login: groupLogin, evaluations: evaluations))
+        let group = GroupJob(name: "generated-listed-after", jobs: [child, groupLogin])
+        group.addChild(groupLogin)
+        queue.addJob(group)
+        await group.waitUntilFinished()
+        #expect(ran.values == ["login", "upload", "group login", "child"])
+        let units = (group.progress.totalUnitCount, group.progress.completedUnitCount)
+        #expect(units == (2, 2))
+    }
+
     @Test(.hangLimit)
     func aGeneratedDependencyOfAJobOnAQueueRunsBeforeABarrierAddedAfterTheJob() async throws {
         let queue = JobQueue(name: "generated-before-barrier", maxConcurrentJobCount: 2)
