@@ -120,8 +120,8 @@ public final class GroupJob: Job, @unchecked Sendable {
     /// does adding, to any group, a job that is on a queue (another group's included) or executing,
     /// and one that waits for this group or a group around it, or that one of them waits for (for
     /// a group, any job inside it): a group and the jobs inside it cannot wait for each other.
-    /// Adding a job that a child's condition generated, on the group's queue of children until it
-    /// finishes, does nothing: the group counts it already.
+    /// Adding a job that a child's condition generated, which the group counts on its queue of
+    /// children until it finishes, does nothing: it is a child already.
     public func addChild(_ job: Job) {
         var actions = _Actions()
         engineLock.lock()
@@ -149,9 +149,9 @@ public final class GroupJob: Job, @unchecked Sendable {
             engineLock.unlock()
             _trap("GroupJob.addChild(_:): \(problem)")
         }
-        if job._queue != nil {
-            // The one job on a queue that passes: on the queue of children already, put there as a
-            // child's generated dependency, and counted then (or left out, as that rule says).
+        if job._queue != nil && job._isCountedChild {
+            // On the queue of children already, put there as a child's generated dependency, and
+            // counted then. One left out (it waits for this group) goes on, to trap on its cycle.
             return false
         }
         let cancelled = _isCancelled || isRefused

@@ -48,6 +48,14 @@ private final class BlockJobBox: @unchecked Sendable {
 
 // MARK: - Tests
 
+/// A condition that generates `dependency` and is then met.
+private struct GeneratesMisuseDependency: JobCondition {
+    let dependency: Job
+    var name: String { "generates a dependency" }
+    func dependency(for job: Job) -> Job? { dependency }
+    func evaluate(for job: Job) async throws -> Bool { true }
+}
+
 @Suite struct MisuseTests {
 
     // MARK: Adding jobs
@@ -360,6 +368,24 @@ private final class BlockJobBox: @unchecked Sendable {
         #expect(
             standardErrorText(result).contains(
                 "GroupJob.addChild(_:): 'queued-job' is already on queue 'owner-queue'; a job belongs to one queue"))
+    }
+
+    /// A child's generated dependency that waits for the group is left out of the group's count
+    /// (Composition, "Groups and produced jobs"); adding it as a child then traps on the cycle, as
+    /// for any job that waits for the group, though it is on the queue of children already.
+    @Test func addingAnUncountedGeneratedDependencyThatWaitsForTheGroupTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let login = BlockJob {}
+            login.name = "cycle-login"
+            let child = BlockJob {}
+            child.addCondition(GeneratesMisuseDependency(dependency: login))
+            let group = GroupJob(name: "cycle-group")
+            try? login.addDependency(group)
+            group.addChild(child)
+            group.addChild(login)
+        }
+        #expect(standardErrorText(result).contains("GroupJob.addChild(_:): the child would close the cycle"))
+        #expect(standardErrorText(result).contains("cycle-login"))
     }
 
     @Test func aJobTwiceAmongAGroupsFirstJobsTraps() async {
