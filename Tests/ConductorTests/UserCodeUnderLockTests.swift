@@ -691,10 +691,14 @@ import Testing
             await everyRound { ledger in
                 let worker = DispatchQueue(label: "UserCodeUnderLock.dropped")
                 // Resumed through a weak reference: it runs its jobs, then is freed.
-                let (resumed, _, last) = abandonedSuspendedQueue(ledger, worker, withBarrier: true)
+                let freed = Signal()
+                let (resumed, _, last) = abandonedSuspendedQueue(ledger, worker, withBarrier: true, freed: freed)
                 resumed.object?.isSuspended = false
                 await last.waitUntilFinished()
-                await drainSerialQueue(worker)
+                // Awaited, not read at once: the queue lets itself go when its last job settles,
+                // after `last`'s waiter resumed. Once in CI (2026-11-26) it had not, even after its
+                // worker queue drained. A leak fails through the suite's `.hangLimit`.
+                await freed.wait()
                 #expect(resumed.object == nil)
                 // Never resumed: its jobs are cancelled, and the last one lets the queue go. (A
                 // barrier would keep it: cancelled, a barrier still waits for its turn to run.)
@@ -780,12 +784,18 @@ import Testing
 
     /// Builds a suspended queue on `worker`, with limit 1, whose jobs (and barrier, if asked) capture
     /// canaries, and lets it go: returns weak references to it and its jobs, and its last job.
+    /// A suspended queue with jobs, let go by its owner. With `freed`, the queue's progress holds an
+    /// observer that fires it when the queue is freed (the queue alone holds its progress).
     private func abandonedSuspendedQueue(
-        _ ledger: CanaryLedger, _ worker: DispatchQueue, withBarrier: Bool
+        _ ledger: CanaryLedger, _ worker: DispatchQueue, withBarrier: Bool, freed: Signal? = nil
     ) -> (WeakReference<JobQueue>, [WeakReference<Job>], Job) {
         let queue = JobQueue(name: "UserCodeUnderLock.dropped", maxConcurrentJobCount: 1)
         queue.underlyingQueue = worker
         queue.isSuspended = true
+        if let freed {
+            let tracked = Tracked(signal: freed)
+            _ = queue.progress.observe { _ in _ = tracked }
+        }
         let first = blockJobs(ledger, 3, "job of a dropped queue")
         queue.addJobs(first, waitUntilFinished: false)
         if withBarrier {
