@@ -210,17 +210,13 @@ extension Job: CustomStringConvertible, CustomDebugStringConvertible, CustomRefl
     }
 
     private func _dependencyReasonLocked(now: UInt64, detailed: Bool) -> _WaitReason {
-        guard detailed else {
-            // For `description`: the first unfinished dependency, found without listing the rest,
-            // and how many there are, which the lifecycle counts.
-            let first = _dependencies.first { $0._state != .finished }.map { "'\($0._describeLocked)'" } ?? "?"
-            let count = Int(_lifecycle.waits.dependencies)
-            let short = "dependency \(first)" + (count > 1 ? " and \(count - 1) more" : "")
-            return _WaitReason(keyword: "dependency", short: short, long: _DeferredText())
-        }
+        // The first unfinished dependency, found without listing the rest (for `description`),
+        // and how many there are, which the lifecycle counts.
+        let first = _dependencies.first { $0._state != .finished }.map { "'\($0._describeLocked)'" } ?? "?"
+        let count = Int(_lifecycle.waits.dependencies)
+        let short = "dependency \(first)" + (count > 1 ? " and \(count - 1) more" : "")
+        guard detailed else { return _WaitReason(keyword: "dependency", short: short, long: _DeferredText()) }
         let unfinished = _dependencies.filter { $0._state != .finished }
-        let first = unfinished.first.map { "'\($0._describeLocked)'" } ?? "?"
-        let short = "dependency \(first)" + (unfinished.count > 1 ? " and \(unfinished.count - 1) more" : "")
         var long = _DeferredText(
             "it waits for \(unfinished.count) unfinished \(unfinished.count == 1 ? "dependency" : "dependencies") of \(_dependencies.count):"
         )

@@ -67,22 +67,12 @@ extension JobQueue: CustomStringConvertible, CustomDebugStringConvertible, Custo
         return executing
     }
 
-    /// The index in `_epochs` of the epoch `job`, a member not admitted, is held in (for a barrier,
-    /// its own), or `nil`. Read as `_epochIndexLocked` reads it, without its trap: for diagnostics.
-    func _heldEpochIndexLocked(of job: Job) -> Int? {
-        guard !job._admitted, job._readyTicket & _DiagnosticClock.heldMark != 0, let first = _epochs.first else {
-            return nil
-        }
-        let index = Int(truncatingIfNeeded: (job._readyTicket & ~_DiagnosticClock.heldMark) &- first.number)
-        return _epochs.indices.contains(index) ? index : nil
-    }
-
     /// Why `job`, a ready member, has not started: the barrier it waits behind, its unstarted
     /// group, suspension, or the full limit; or that a worker is about to start it.
     func _readyJobObstacleLocked(_ job: Job, now: UInt64, detailed: Bool = true) -> _WaitReason? {
         // The barrier of the epoch the job is held in (for a barrier, the one before its own), not
         // the first one (until 2026-11-25 a job added after the second barrier was said to wait
-        // for the first). Read as `_epochIndexLocked` reads it, without its trap: a diagnostic.
+        // for the first). Read without `_epochIndexLocked`'s trap: a diagnostic.
         if let own = _heldEpochIndexLocked(of: job), case let held = own - (job._isBarrier ? 1 : 0), held >= 0 {
             let barrier = _epochs[held].barrier
             let name = barrier._describeLocked

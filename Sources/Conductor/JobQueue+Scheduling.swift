@@ -108,12 +108,21 @@ extension JobQueue {
     /// job, and a barrier, carries its epoch's number, and the epochs' numbers are consecutive.
     func _epochIndexLocked(of job: Job) -> Int {
         if job._admitted { return -1 }
-        let number = job._readyTicket & ~_DiagnosticClock.heldMark
-        let index = _epochs.isEmpty ? -1 : Int(truncatingIfNeeded: number &- _epochs[0].number)
-        guard job._readyTicket & _DiagnosticClock.heldMark != 0, _epochs.indices.contains(index) else {
+        guard let index = _heldEpochIndexLocked(of: job) else {
             _trap("Conductor: '\(job._describeLocked)' is held behind no barrier of its queue")
         }
         return index
+    }
+
+    /// The index in `_epochs` of the epoch `job`, a member not admitted, is held in (for a barrier,
+    /// its own), or `nil` if it is admitted or held in none. `_epochIndexLocked` without its trap,
+    /// for diagnostics.
+    func _heldEpochIndexLocked(of job: Job) -> Int? {
+        guard !job._admitted, job._readyTicket & _DiagnosticClock.heldMark != 0, let first = _epochs.first else {
+            return nil
+        }
+        let index = Int(truncatingIfNeeded: (job._readyTicket & ~_DiagnosticClock.heldMark) &- first.number)
+        return _epochs.indices.contains(index) ? index : nil
     }
 
     /// Adds the dependencies `job`'s conditions generated to this queue, each unless it is on
